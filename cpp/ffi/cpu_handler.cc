@@ -1,0 +1,108 @@
+// XLA FFI handler "winrs_backward_filter" for platform "cpu".
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cpu/backward_filter.h"
+#include "ffi/handlers.h"
+#include "ffi/launch.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace winrs::ffi_glue {
+namespace {
+
+template <size_t Rank>
+void copy_dims(ffi::Span<const int64_t> dims, int64_t (&out)[Rank]) {
+  std::copy_n(dims.begin(), Rank, out);
+}
+
+// Work sharing on XLA's intra-op thread pool. The calling thread works too, and waits only for the items to
+// finish (not for the scheduled tasks to start), so a busy pool can never deadlock the call. Without a pool,
+// plain threads are used.
+cpu::ParallelFor make_parallel_for(ffi::ThreadPool& pool) {
+  return [&pool](int64_t count, const std::function<void(int64_t)>& body) {
+    int64_t workers = pool.num_threads();
+    const bool have_pool = workers > 0;
+    if (!have_pool) workers = std::max(1u, std::thread::hardware_concurrency());
+    workers = std::min(workers, count);
+    if (workers <= 1) {
+      for (int64_t i = 0; i < count; ++i) body(i);
+      return;
+    }
+    struct State {
+      std::atomic<int64_t> next{0}, done{0};
+      int64_t count = 0;
+      const std::function<void(int64_t)>* body = nullptr;
+      std::mutex mutex;
+      std::condition_variable finished;
+    };
+    auto state = std::make_shared<State>();
+    state->count = count;
+    state->body = &body;
+    auto work = [state] {
+      for (int64_t i; (i = state->next.fetch_add(1)) < state->count;) {
+        (*state->body)(i);
+        if (state->done.fetch_add(1) + 1 == state->count) {
+          std::lock_guard<std::mutex> lock(state->mutex);
+          state->finished.notify_all();
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int64_t t = 1; t < workers; ++t) {
+      if (have_pool) {
+        pool.Schedule([work] { work(); });
+      } else {
+        threads.emplace_back(work);
+      }
+    }
+    work();
+    std::unique_lock<std::mutex> lock(state->mutex);
+    state->finished.wait(lock, [&] { return state->done.load() == count; });
+    lock.unlock();
+    for (std::thread& t : threads) t.join();
+  };
+}
+
+ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> input,
+                               ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
+                               ffi::ResultBuffer<ffi::F32, 1> workspace, int64_t pad_top, int64_t pad_bottom,
+                               int64_t pad_left, int64_t pad_right, int64_t variant0, int64_t variant1,
+                               int64_t seg_rows, int64_t seg_h, int64_t seg_w, int64_t width0) {
+  int64_t x[4], dy[4], dw[4];
+  copy_dims(input.dimensions(), x);
+  copy_dims(out_grad.dimensions(), dy);
+  copy_dims(filter_grad->dimensions(), dw);
+  Launch launch;
+  const std::string error =
+      make_launch(x, dy, dw, int64_t(workspace->element_count()), {pad_top, pad_bottom, pad_left, pad_right},
+                  variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
+  if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+  try {
+    cpu::backward_filter(launch.problem, launch.variant0, launch.variant1, launch.grid,
+                         {input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(),
+                          workspace->typed_data()},
+                         make_parallel_for(pool));
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace winrs::ffi_glue
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_cpu,
+                              winrs::ffi_glue::bind_plan_attributes(ffi::Ffi::Bind()
+                                                                        .Ctx<ffi::ThreadPool>()
+                                                                        .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                                                        .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                                                        .Ret<ffi::Buffer<ffi::F32, 4>>()
+                                                                        .Ret<ffi::Buffer<ffi::F32, 1>>()));

@@ -1,0 +1,9 @@
+// The XLA FFI handler symbols exported to Python (see module.cc).
+#pragma once
+
+#include "xla/ffi/api/c_api.h"
+
+extern "C" XLA_FFI_Error* WinrsBackwardFilterCpu(XLA_FFI_CallFrame* call_frame);
+#ifdef WINRS_WITH_CUDA
+extern "C" XLA_FFI_Error* WinrsBackwardFilterCuda(XLA_FFI_CallFrame* call_frame);
+#endif

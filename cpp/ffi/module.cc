@@ -1,0 +1,145 @@
+// The nanobind extension winrs_jax._winrs: FFI handler capsules, the variant table, the transforms and the
+// planner, so that Python plans exactly as the handlers validate.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "ffi/handlers.h"
+#include "winrs/plan.h"
+#include "winrs/tile.h"
+#include "winrs/transforms.h"
+#include "winrs/variants.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;
+
+template <typename Fn>
+nb::capsule capsule_of(Fn* fn) {
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+Matrix rows(const double* data, int rows, int cols, int stride) {
+  Matrix m(rows, std::vector<double>(cols));
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) m[i][j] = data[i * stride + j];
+  return m;
+}
+
+// One F(n, r) tile computed by the shared per-tile code of winrs/tile.h, in float64, for the tests.
+template <int V>
+std::vector<double> correlate_tile(const std::vector<double>& w, const std::vector<double>& x) {
+  using Tile = winrs::TileMath<V>;
+  if (int(w.size()) != Tile::r || int(x.size()) != Tile::alpha)
+    throw nb::value_error("tile sizes must be r (filter unit) and alpha (input tile)");
+  double wa[Tile::r], xa[Tile::alpha], wt[Tile::alpha], xt[Tile::alpha], m[Tile::alpha], y[Tile::n];
+  std::copy(w.begin(), w.end(), wa);
+  std::copy(x.begin(), x.end(), xa);
+  Tile::filter(wa, wt);
+  Tile::input(xa, xt);
+  for (int i = 0; i < Tile::alpha; ++i) m[i] = wt[i] * xt[i];
+  Tile::output(m, y);
+  return std::vector<double>(y, y + Tile::n);
+}
+
+template <int... Vs>
+constexpr auto make_tile_table(std::integer_sequence<int, Vs...>) {
+  using Fn = std::vector<double> (*)(const std::vector<double>&, const std::vector<double>&);
+  return std::array<Fn, sizeof...(Vs)>{&correlate_tile<Vs>...};
+}
+
+void check_variant(int v) {
+  if (v < 0 || v >= winrs::kNumVariants) throw nb::index_error("variant index out of range");
+}
+
+}  // namespace
+
+NB_MODULE(_winrs, m) {
+  m.def("cpu_targets", [] {
+    nb::dict d;
+    d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCpu);
+    return d;
+  });
+  m.def("cuda_targets", [] {
+    nb::dict d;
+#ifdef WINRS_WITH_CUDA
+    d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCuda);
+#endif
+    return d;
+  });
+
+  m.def("variants", [] {
+    nb::list out;
+    for (const winrs::Variant& v : winrs::kVariants) {
+      nb::dict d;
+      d["n"] = v.n;
+      d["r"] = v.r;
+      d["alpha"] = v.alpha();
+      d["alpha_class"] = v.alpha_class();
+      d["block_oc"] = v.block_oc;
+      d["block_ic"] = v.block_ic;
+      d["gemm_efficiency"] = v.gemm_efficiency;
+      out.append(d);
+    }
+    return out;
+  });
+
+  m.def("interpolation_point", &winrs::interpolation_point);
+
+  m.def("transform", [](int v) {
+    check_variant(v);
+    const winrs::Transform t = winrs::transform_of(v);
+    return nb::make_tuple(rows(&t.A[0][0], t.alpha, t.n, winrs::kMaxN), rows(&t.G[0][0], t.alpha, t.r, winrs::kMaxR),
+                          rows(&t.DT[0][0], t.alpha, t.alpha, winrs::kMaxAlpha));
+  });
+
+  m.def("correlate_tile", [](int v, const std::vector<double>& w, const std::vector<double>& x) {
+    static constexpr auto table = make_tile_table(std::make_integer_sequence<int, winrs::kNumVariants>{});
+    check_variant(v);
+    return table[v](w, x);
+  });
+
+  m.def(
+      "make_plan",
+      [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
+         int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
+         int64_t pad_right, int sm_count, int segments) {
+        const winrs::Problem p{batch,    in_h,     in_w,    in_c,       out_h,    out_w,    out_c,
+                               filter_h, filter_w, pad_top, pad_bottom, pad_left, pad_right};
+        const winrs::Plan plan = winrs::make_plan(p, winrs::PlanOptions{sm_count, segments});
+        nb::dict d;
+        d["supported"] = plan.supported;
+        d["reason"] = plan.reason;
+        d["variant0"] = plan.variant0;
+        d["variant1"] = plan.variant1;
+        d["segments"] = plan.segments;
+        d["seg_rows"] = plan.grid.seg_rows;
+        d["seg_h"] = plan.grid.seg_h;
+        d["seg_w"] = plan.grid.seg_w;
+        d["width0"] = plan.grid.width0;
+        d["workspace_elems"] = plan.workspace_elems;
+        d["baseline_segments"] = plan.baseline_segments;
+        return d;
+      },
+      nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
+      nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
+      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("sm_count"), nb::arg("segments"));
+
+  m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {
+    if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 || width0 > out_w)
+      throw nb::value_error("segment grid sizes must be positive and width0 <= out_w");
+    const winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0};
+    nb::list out;
+    for (int z = 0; z < g.count(); ++z) {
+      const winrs::Segment s = g.segment(z);
+      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel));
+    }
+    return out;
+  });
+}

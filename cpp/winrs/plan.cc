@@ -1,0 +1,172 @@
+#include "plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "variants.h"
+
+namespace winrs {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool has_winograd_divisor(int64_t filter_w) {
+  for (int d = 2; d <= 9; ++d)
+    if (filter_w % d == 0) return true;
+  return false;
+}
+
+// Algorithm 2: segment height and width from the baseline count.
+SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_hat) {
+  const int64_t r0 = kVariants[pair.variant0].r;
+  const int64_t w_max = pair.width0 / r0;
+  const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
+  const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
+  z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
+
+  int64_t seg_h = p.out_h, seg_w = pair.width0;
+  if (z_hat == 1) {
+    // one segment column over the primary region
+  } else if (z_hat >= w_max) {
+    seg_h = p.out_h * w_max / z_hat;
+    seg_w = r0;
+  } else if (w_max % z_hat == 0) {
+    seg_w = r0 * (w_max / z_hat);
+  } else {
+    const int64_t lo = std::max<int64_t>(1, w_max / z_hat), hi = h_max * w_max / z_hat;
+    for (int64_t x = lo; x <= hi; ++x) {
+      if (w_max % x == 0) {
+        seg_h = p.out_h * w_max / (z_hat * x);
+        seg_w = x * r0;
+        break;
+      }
+    }
+  }
+  seg_h = std::clamp<int64_t>(seg_h, 1, p.out_h);
+  SegmentGrid g;
+  g.out_h = int(p.out_h);
+  g.out_w = int(p.out_w);
+  g.seg_h = int(seg_h);
+  g.seg_rows = int(p.out_h / seg_h);
+  g.seg_w = int(seg_w);
+  g.width0 = int(pair.width0);
+  return g;
+}
+
+}  // namespace
+
+std::string validate_problem(const Problem& p) {
+  const int64_t dims[] = {p.batch, p.in_h, p.in_w, p.in_c, p.out_h, p.out_w, p.out_c, p.filter_h, p.filter_w};
+  for (int64_t d : dims)
+    if (d <= 0) return "all dimensions must be positive";
+  if (p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) return "padding must be >= 0";
+  if (p.out_h != p.in_h + p.pad_top + p.pad_bottom - p.filter_h + 1)
+    return "output-gradient height does not match input height, padding and filter height";
+  if (p.out_w != p.in_w + p.pad_left + p.pad_right - p.filter_w + 1)
+    return "output-gradient width does not match input width, padding and filter width";
+  return {};
+}
+
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w) {
+  KernelPair best;
+  if (!has_winograd_divisor(filter_w)) return best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int v0 = 0; v0 < kNumVariants; ++v0) {
+    if (filter_w % kVariants[v0].n != 0) continue;
+    const int64_t r0 = kVariants[v0].r;
+    for (int v1 = 0; v1 < kNumVariants; ++v1) {
+      if (filter_w % kVariants[v1].n != 0) continue;
+      const int64_t r1 = kVariants[v1].r;
+      // The largest share for kernel 0 such that kernel 1 covers the rest exactly (no zero padding).
+      for (int64_t k0 = out_w / r0; k0 >= 1; --k0) {
+        const int64_t rest = out_w - k0 * r0;
+        if (rest % r1 != 0) continue;
+        const double cost = double(k0 * r0) / kVariants[v0].relative_speed() +
+                             double(rest) / kVariants[v1].relative_speed();
+        if (cost < best_cost * (1 - 1e-12)) {
+          best_cost = cost;
+          best.variant0 = v0;
+          best.variant1 = rest == 0 ? v0 : v1;
+          best.width0 = k0 * r0;
+        }
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options) {
+  const Variant& v = kVariants[pair.variant0];
+  const double sm = std::max(1, options.sm_count);
+  // Line 1: block counts of forward (b0), backward-data (b1) and backward-filter (b2) convolutions.
+  const double b0 = double(ceil_div(p.batch * p.out_h * p.out_w, 128) * ceil_div(p.out_c, 64));
+  const double b1 = double(ceil_div(p.batch * p.in_h * p.in_w, 128) * ceil_div(p.in_c, 64));
+  const double b2 =
+      double(ceil_div(p.out_c, v.block_oc) * ceil_div(p.in_c, v.block_ic) * p.filter_h * (p.filter_w / v.n));
+  double z = (b0 + b1) / (1.45 * b2);
+  // Line 2: one segment suffices with two waves of blocks; the workspace stays under half the data size.
+  const double b2_hat = 2 * sm;
+  const double data = double(p.input_elems() + p.grad_elems() + p.filter_elems());
+  const double z_max = 1 + std::floor(0.5 * data / double(p.filter_elems()));
+  if (z < 2 && b2 >= b2_hat) return 1;  // line 3
+  // Line 4: resident blocks per SM needed to hide latency grow with the kernel's computation intensity.
+  const double rho = 2.0 * v.block_oc * v.block_ic / (v.block_oc * v.r + v.block_ic * v.alpha());
+  const double k = std::clamp(std::round(rho / 4), 1.0, 8.0);
+  const double z1 = std::ceil(k * sm / b2);
+  // Line 5: at least 64 MFLOP of direct-convolution work per segment.
+  const double z2 = std::max(1.0, std::floor(p.direct_flops() / (64.0 * 1024 * 1024)));
+  // Line 6, with at least 512 output-gradient positions per segment.
+  z = std::min({z, z1, z2, double(p.batch * p.out_h * p.out_w) / 512.0});
+  z = std::max(1.0, std::floor(z));
+  // Line 7: round up to a multiple of 2, 4 or 8.
+  const double pad = std::min(std::exp2(std::ceil(std::log2(z))), 8.0);
+  return std::max(1.0, std::min(pad * std::ceil(z / pad), z_max));
+}
+
+Plan make_plan(const Problem& p, const PlanOptions& options) {
+  Plan plan;
+  if (std::string error = validate_problem(p); !error.empty()) {
+    plan.reason = error;
+    return plan;
+  }
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  if (p.input_elems() > int32_max || p.grad_elems() > int32_max || p.filter_elems() > int32_max) {
+    plan.reason = "tensors of 2^31 or more elements are not supported";
+    return plan;
+  }
+  const KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w);
+  if (pair.variant0 < 0) {
+    plan.reason = "filter width " + std::to_string(p.filter_w) + " has no divisor in 2..9";
+    return plan;
+  }
+  plan.baseline_segments =
+      options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
+  plan.grid = segment_shape(p, pair, int64_t(plan.baseline_segments));
+  plan.variant0 = pair.variant0;
+  plan.variant1 = pair.variant1;
+  plan.segments = plan.grid.count();
+  plan.workspace_elems = (plan.segments - 1) * p.filter_elems();
+  plan.supported = true;
+  return plan;
+}
+
+std::string validate_plan(const Problem& p, int variant0, int variant1, const SegmentGrid& g) {
+  if (std::string error = validate_problem(p); !error.empty()) return error;
+  if (variant0 < 0 || variant0 >= kNumVariants || variant1 < 0 || variant1 >= kNumVariants)
+    return "kernel variant index out of range";
+  const Variant &v0 = kVariants[variant0], &v1 = kVariants[variant1];
+  if (p.filter_w % v0.n != 0 || p.filter_w % v1.n != 0)
+    return "kernel output-tile width does not divide the filter width";
+  if (g.out_h != p.out_h || g.out_w != p.out_w) return "segment grid does not match the output-gradient shape";
+  if (g.width0 <= 0 || g.width0 > g.out_w || g.width0 % v0.r != 0)
+    return "primary width must be a positive multiple of r0 within the output-gradient width";
+  if ((g.out_w - g.width0) % v1.r != 0) return "residual width must be a multiple of r1";
+  if (g.seg_w <= 0 || g.seg_w % v0.r != 0) return "segment width must be a positive multiple of r0";
+  if (g.seg_h <= 0 || g.seg_rows <= 0 || int64_t(g.seg_rows) * g.seg_h > g.out_h)
+    return "segment rows do not fit the output-gradient height";
+  return {};
+}
+
+}  // namespace winrs

@@ -1,0 +1,44 @@
+// The WinRS planner (paper section 4): kernel pair (4.1), baseline segment count Z^ (Algorithm 1) and
+// segment shape (Algorithm 2). Host-only; computed once per layer at trace time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "problem.h"
+#include "segments.h"
+
+namespace winrs {
+
+struct PlanOptions {
+  int sm_count = 132;     // streaming multiprocessors of the target GPU (H100 SXM by default)
+  int segments = 0;       // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+};
+
+struct Plan {
+  bool supported = false;
+  std::string reason;  // why WinRS is not used, when !supported
+  int variant0 = -1, variant1 = -1;
+  SegmentGrid grid{};
+  int64_t segments = 0;         // Z
+  int64_t workspace_elems = 0;  // (Z - 1) x |dW|, float32
+  double baseline_segments = 0; // Z^ after Algorithm 1 (or the forced value)
+};
+
+// Kernel pair of section 4.1, or variant0 = -1 when the filter width has no divisor in 2..9.
+struct KernelPair {
+  int variant0 = -1, variant1 = -1;
+  int64_t width0 = 0;  // k0 * r0: output-gradient columns run by kernel 0; the rest, k1 * r1, by kernel 1
+};
+
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w);
+double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
+Plan make_plan(const Problem& p, const PlanOptions& options);
+std::string validate_problem(const Problem& p);  // empty when the shape is consistent
+
+}  // namespace winrs
+
+namespace winrs {
+// Checks a plan received from outside (the FFI attributes) against the problem; empty when consistent.
+std::string validate_plan(const Problem& p, int variant0, int variant1, const SegmentGrid& grid);
+}  // namespace winrs

@@ -1,0 +1,57 @@
+// The 13 WinRS kernel variants Omega_alpha(n, r) of the paper's Figure 6 (section 5).
+// This table is the single source of truth: the planner, the CPU executor, the CUDA kernels, the Python
+// bindings, the tests and the docs all iterate over it.
+#pragma once
+
+namespace winrs {
+
+struct Variant {
+  int n;  // output-tile width: filter-gradient columns produced per tile (must divide F_W)
+  int r;  // unit width: output-gradient columns consumed per unit (segment widths are multiples of r)
+  // FP32 CUDA-core cache block B_N x B_M (paper footnote 3): output channels x input channels per block.
+  int block_oc;
+  int block_ic;
+  // Relative throughput of the kernel's batched GEMM (fraction of FP32 peak), used by the kernel-pair choice
+  // of section 4.1. Placeholders derived from the paper's cache-block sizes until measured on H100.
+  double gemm_efficiency;
+
+  constexpr int alpha() const { return n + r - 1; }
+  // The paper's alpha class (2, 4, 8 or 16). It labels the direct-convolution kernel Omega_2(1, 1), whose
+  // transform is the identity F(1, 1) with alpha = n + r - 1 = 1.
+  constexpr int alpha_class() const {
+    int c = 2;
+    while (c < alpha()) c *= 2;
+    return c;
+  }
+  // Multiplications saved relative to direct convolution, n * r / alpha (section 3, Level 2).
+  constexpr double acceleration() const { return double(n) * r / alpha(); }
+  constexpr double relative_speed() const { return acceleration() * gemm_efficiency; }
+};
+
+inline constexpr int kNumVariants = 13;
+
+inline constexpr Variant kVariants[kNumVariants] = {
+    // direct convolution
+    {1, 1, 128, 128, 0.80},
+    // alpha = 4
+    {2, 3, 64, 64, 0.75},
+    {3, 2, 64, 64, 0.75},
+    // alpha = 8
+    {3, 6, 64, 32, 0.70},
+    {6, 3, 64, 32, 0.70},
+    {4, 5, 64, 32, 0.70},
+    {5, 4, 64, 32, 0.70},
+    {7, 2, 64, 32, 0.70},
+    // alpha = 16
+    {5, 12, 64, 32, 0.55},
+    {6, 11, 64, 32, 0.55},
+    {7, 10, 64, 32, 0.55},
+    {8, 9, 64, 32, 0.55},
+    {9, 8, 64, 32, 0.55},
+};
+
+inline constexpr int kMaxAlpha = 16;
+inline constexpr int kMaxN = 9;
+inline constexpr int kMaxR = 12;
+
+}  // namespace winrs

@@ -1,0 +1,17 @@
+"""winrs_jax: WinRS fused 1D-Winograd backward-filter convolution for JAX (XLA FFI, CPU and CUDA)."""
+
+from winrs_jax._ffi import CUDA_BUILT
+from winrs_jax.conv import conv, conv_backward_filter, plan
+from winrs_jax.planner import Plan, PlannerOptions, Variant, variants
+
+__all__ = [
+    "CUDA_BUILT",
+    "Plan",
+    "PlannerOptions",
+    "Variant",
+    "conv",
+    "conv_backward_filter",
+    "plan",
+    "variants",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,39 @@
+"""Registration of the WinRS FFI targets and the one call into them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from winrs_jax import _winrs
+
+TARGET = "winrs_backward_filter"
+
+
+def _register() -> bool:
+    for name, capsule in _winrs.cpu_targets().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    cuda = _winrs.cuda_targets()
+    for name, capsule in cuda.items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    return bool(cuda)
+
+
+CUDA_BUILT: bool = _register()
+
+
+def backward_filter_call(
+    x_nhwc: jax.Array,
+    dy_nhwc: jax.Array,
+    filter_ohwi_shape: tuple[int, int, int, int],
+    workspace_elems: int,
+    attributes: dict[str, int],
+) -> jax.Array:
+    """dW (O_C x F_H x F_W x I_C, float32) of one planned WinRS backward-filter convolution."""
+    out_types = (
+        jax.ShapeDtypeStruct(filter_ohwi_shape, jnp.float32),
+        jax.ShapeDtypeStruct((workspace_elems,), jnp.float32),
+    )
+    call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="sequential")
+    filter_grad, _workspace = call(x_nhwc, dy_nhwc, **attributes)
+    return filter_grad

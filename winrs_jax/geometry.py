@@ -1,0 +1,164 @@
+"""Static description of a convolution call, normalised and validated at trace time.
+
+Everything here is computed from shapes and Python arguments only, so it is hashable and can be a
+non-differentiable argument of the custom VJP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax import lax
+
+Padding = str | Sequence[tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvSpec:
+    """The arguments of lax.conv_general_dilated other than the operands, resolved for given shapes."""
+
+    window_strides: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+    dimension_numbers: lax.ConvDimensionNumbers
+    feature_group_count: int
+    batch_group_count: int
+    precision: Any
+    preferred_element_type: Any
+
+    def lax_kwargs(self) -> dict[str, Any]:
+        return dict(
+            window_strides=self.window_strides,
+            padding=self.padding,
+            lhs_dilation=self.lhs_dilation,
+            rhs_dilation=self.rhs_dilation,
+            dimension_numbers=self.dimension_numbers,
+            feature_group_count=self.feature_group_count,
+            batch_group_count=self.batch_group_count,
+            precision=self.precision,
+            preferred_element_type=self.preferred_element_type,
+        )
+
+
+def _int_tuple(name: str, value: Sequence[int] | None, rank: int, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * rank
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError as e:
+        raise TypeError(f"{name} must be a sequence of {rank} integers, got {value!r}") from e
+    if len(out) != rank:
+        raise ValueError(f"{name} must have {rank} entries (one per spatial dimension), got {len(out)}: {value!r}")
+    if any(v < 1 for v in out):
+        raise ValueError(f"{name} entries must be >= 1, got {value!r}")
+    return out
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _dilated(size: int, dilation: int) -> int:
+    return 0 if size == 0 else (size - 1) * dilation + 1
+
+
+def make_spec(
+    lhs_shape: Sequence[int],
+    rhs_shape: Sequence[int],
+    lhs_dtype: Any,
+    rhs_dtype: Any,
+    window_strides: Sequence[int],
+    padding: Padding,
+    lhs_dilation: Sequence[int] | None,
+    rhs_dilation: Sequence[int] | None,
+    dimension_numbers: Any,
+    feature_group_count: int,
+    batch_group_count: int,
+    precision: Any,
+    preferred_element_type: Any,
+) -> ConvSpec:
+    """Validates a convolution call like lax.conv_general_dilated and resolves its padding and layout.
+
+    Raises ValueError or TypeError naming the problem; nothing malformed reaches a kernel.
+    """
+    lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
+    if len(lhs_shape) != len(rhs_shape):
+        raise ValueError(
+            f"lhs and rhs must have the same rank, got lhs rank {len(lhs_shape)} {lhs_shape} and "
+            f"rhs rank {len(rhs_shape)} {rhs_shape}"
+        )
+    if len(lhs_shape) < 3:
+        raise ValueError(f"convolution operands need rank >= 3 (batch, feature, spatial...), got {lhs_shape}")
+    for name, dtype in (("lhs", lhs_dtype), ("rhs", rhs_dtype)):
+        if not np.issubdtype(np.dtype(dtype), np.floating):
+            raise TypeError(f"{name} dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}")
+    if np.dtype(lhs_dtype) != np.dtype(rhs_dtype):
+        raise TypeError(f"lhs and rhs must have the same dtype, got {lhs_dtype} and {rhs_dtype}")
+
+    rank = len(lhs_shape) - 2
+    dn = lax.conv_dimension_numbers(lhs_shape, rhs_shape, _hashable(dimension_numbers))
+    strides = _int_tuple("window_strides", window_strides, rank, 1)
+    lhs_dil = _int_tuple("lhs_dilation", lhs_dilation, rank, 1)
+    rhs_dil = _int_tuple("rhs_dilation", rhs_dilation, rank, 1)
+    if feature_group_count < 1 or batch_group_count < 1:
+        raise ValueError("feature_group_count and batch_group_count must be >= 1")
+
+    for name, shape in (("lhs", lhs_shape), ("rhs", rhs_shape)):
+        if any(d == 0 for d in shape):
+            raise ValueError(f"{name} has a zero-size dimension: shape {shape}")
+
+    in_features = lhs_shape[dn.lhs_spec[1]]
+    filter_in, filter_out = rhs_shape[dn.rhs_spec[1]], rhs_shape[dn.rhs_spec[0]]
+    if in_features != filter_in * feature_group_count:
+        raise ValueError(
+            f"input channels ({in_features}) must equal rhs input channels ({filter_in}) x feature_group_count "
+            f"({feature_group_count})"
+        )
+    if filter_out % (feature_group_count * batch_group_count) != 0:
+        raise ValueError(
+            f"rhs output channels ({filter_out}) must be a multiple of feature_group_count x batch_group_count"
+        )
+    if lhs_shape[dn.lhs_spec[0]] % batch_group_count != 0:
+        raise ValueError(f"batch size must be a multiple of batch_group_count ({batch_group_count})")
+
+    in_spatial = [_dilated(lhs_shape[d], s) for d, s in zip(dn.lhs_spec[2:], lhs_dil, strict=True)]
+    window = [_dilated(rhs_shape[d], s) for d, s in zip(dn.rhs_spec[2:], rhs_dil, strict=True)]
+    if isinstance(padding, str):
+        pads = tuple((int(lo), int(hi)) for lo, hi in lax.padtype_to_pads(in_spatial, window, strides, padding))
+    else:
+        try:
+            pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"padding must be 'SAME', 'VALID' or a sequence of (low, high) pairs, got {padding!r}") from e
+        if len(pads) != rank:
+            raise ValueError(f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}")
+    for axis, ((lo, hi), w, size) in enumerate(zip(pads, window, in_spatial, strict=True)):
+        if lo < 0 or hi < 0:
+            raise ValueError(f"negative padding {(lo, hi)} on spatial axis {axis} is not supported")
+        if lo > w or hi > w:
+            raise ValueError(
+                f"padding {(lo, hi)} on spatial axis {axis} exceeds the window size {w}: output rows would only "
+                "see padding"
+            )
+        if size + lo + hi < w:
+            raise ValueError(
+                f"window size {w} on spatial axis {axis} exceeds the padded input size {size + lo + hi}"
+            )
+
+    return ConvSpec(
+        window_strides=strides,
+        padding=pads,
+        lhs_dilation=lhs_dil,
+        rhs_dilation=rhs_dil,
+        dimension_numbers=dn,
+        feature_group_count=int(feature_group_count),
+        batch_group_count=int(batch_group_count),
+        precision=_hashable(precision),
+        preferred_element_type=None if preferred_element_type is None else np.dtype(preferred_element_type),
+    )
