@@ -62,7 +62,9 @@ def _conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec) -> jax.Array:
     return _xla_conv(lhs, rhs, spec)
 
 
-def _conv_fwd(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+def _conv_fwd(
+    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return _xla_conv(lhs, rhs, spec), (lhs, rhs)
 
 
@@ -158,7 +160,9 @@ def conv_backward_filter(
         )
     )
     if out_grad.shape != expected.shape:
-        raise ValueError(f"out_grad has shape {out_grad.shape}, but the convolution's output has shape {expected.shape}")
+        raise ValueError(
+            f"out_grad has shape {out_grad.shape}, but the convolution's output has shape {expected.shape}"
+        )
     return _filter_grad(lhs, out_grad, rhs_shape, rhs_dtype, spec, options)
 
 

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -52,14 +53,17 @@ def _int_tuple(name: str, value: Sequence[int] | None, rank: int, default: int) 
     except TypeError as e:
         raise TypeError(f"{name} must be a sequence of {rank} integers, got {value!r}") from e
     if len(out) != rank:
-        raise ValueError(f"{name} must have {rank} entries (one per spatial dimension), got {len(out)}: {value!r}")
+        raise ValueError(
+            f"{name} must have {rank} entries (one per spatial dimension), got {len(out)}: {value!r}"
+        )
     if any(v < 1 for v in out):
         raise ValueError(f"{name} entries must be >= 1, got {value!r}")
     return out
 
 
 def _hashable(value: Any) -> Any:
-    if isinstance(value, list | tuple):
+    """Lists become tuples (recursively) so that the spec can be a static argument; named tuples stay."""
+    if isinstance(value, list) or type(value) is tuple:
         return tuple(_hashable(v) for v in value)
     return value
 
@@ -96,8 +100,10 @@ def make_spec(
     if len(lhs_shape) < 3:
         raise ValueError(f"convolution operands need rank >= 3 (batch, feature, spatial...), got {lhs_shape}")
     for name, dtype in (("lhs", lhs_dtype), ("rhs", rhs_dtype)):
-        if not np.issubdtype(np.dtype(dtype), np.floating):
-            raise TypeError(f"{name} dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}")
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise TypeError(
+                f"{name} dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}"
+            )
     if np.dtype(lhs_dtype) != np.dtype(rhs_dtype):
         raise TypeError(f"lhs and rhs must have the same dtype, got {lhs_dtype} and {rhs_dtype}")
 
@@ -130,12 +136,20 @@ def make_spec(
     in_spatial = [_dilated(lhs_shape[d], s) for d, s in zip(dn.lhs_spec[2:], lhs_dil, strict=True)]
     window = [_dilated(rhs_shape[d], s) for d, s in zip(dn.rhs_spec[2:], rhs_dil, strict=True)]
     if isinstance(padding, str):
-        pads = tuple((int(lo), int(hi)) for lo, hi in lax.padtype_to_pads(in_spatial, window, strides, padding))
+        if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
+            raise ValueError(
+                f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or (low, high) pairs, got {padding!r}"
+            )
+        pads = tuple(
+            (int(lo), int(hi)) for lo, hi in lax.padtype_to_pads(in_spatial, window, strides, padding)
+        )
     else:
         try:
             pads = tuple((int(lo), int(hi)) for lo, hi in padding)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"padding must be 'SAME', 'VALID' or a sequence of (low, high) pairs, got {padding!r}") from e
+            raise ValueError(
+                f"padding must be 'SAME', 'VALID' or a sequence of (low, high) pairs, got {padding!r}"
+            ) from e
         if len(pads) != rank:
             raise ValueError(f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}")
     for axis, ((lo, hi), w, size) in enumerate(zip(pads, window, in_spatial, strict=True)):

@@ -46,11 +46,16 @@ def variants() -> tuple[Variant, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class PlannerOptions:
-    """Overrides for the planner. sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
-    segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments)."""
+    """Overrides for the planner.
+
+    sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
+    segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments).
+    kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
+    """
 
     sm_count: int | None = None
     segments: int | None = None
+    kernels: tuple[int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +179,8 @@ def make_plan(
         batch=batch, in_h=in_hw[0], in_w=in_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=pads[0][0], pad_bottom=pads[0][1],
         pad_left=pads[1][0], pad_right=pads[1][1], sm_count=sm_count, segments=options.segments or 0,
+        variant0=options.kernels[0] if options.kernels else -1,
+        variant1=options.kernels[1] if options.kernels else -1,
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"])

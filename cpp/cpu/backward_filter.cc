@@ -14,7 +14,8 @@ namespace winrs::cpu {
 namespace {
 
 // CPU cache block: 64 output x 64 input channels per work item, 16 units per batched-GEMM step, and a 4 x 16
-// register tile in the GEMM. Unrelated to the GPU's B_N x B_M; the plan (segments, kernels, buckets) is shared.
+// register tile in the GEMM. Unrelated to the GPU's B_N x B_M; the plan (segments, kernels, buckets) is
+// shared.
 constexpr int kBlockOc = 64, kBlockIc = 64, kUnitsPerStep = 16;
 constexpr int kLanes = 16, kMicroOc = 4;
 using Vec = Lanes<kLanes>;
@@ -53,7 +54,8 @@ void gemm_step(float* m, const float* wt, const float* xt, int units, int oc_end
   }
 }
 
-// One work item: filter row fh, filter-gradient tile `tile` (columns f0..f0+n), one channel block, one segment.
+// One work item: filter row fh, filter-gradient tile `tile` (columns f0..f0+n), one channel block, one
+// segment.
 template <int V>
 void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64_t ic0) {
   using Tile = TileMath<V>;
@@ -88,7 +90,8 @@ void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64
         for (int q = 0; q < r; ++q) w[q] = load_lanes(grad + q * p.out_c + oc, noc - oc);
         Tile::filter(w, t);
         for (int i = 0; i < alpha; ++i)
-          std::copy_n(t[i].v, std::min(kLanes, noc - oc), &wt[(size_t(i) * kUnitsPerStep + k) * kBlockOc + oc]);
+          std::copy_n(t[i].v, std::min(kLanes, noc - oc),
+                      &wt[(size_t(i) * kUnitsPerStep + k) * kBlockOc + oc]);
       }
 
       // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha).
@@ -103,7 +106,8 @@ void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64
         }
         Tile::input(x, t);
         for (int i = 0; i < alpha; ++i)
-          std::copy_n(t[i].v, std::min(kLanes, nic - ic), &xt[(size_t(i) * kUnitsPerStep + k) * kBlockIc + ic]);
+          std::copy_n(t[i].v, std::min(kLanes, nic - ic),
+                      &xt[(size_t(i) * kUnitsPerStep + k) * kBlockIc + ic]);
       }
     }
     for (int i = 0; i < alpha; ++i)
@@ -115,7 +119,8 @@ void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64
   for (int oc = 0; oc < noc; ++oc) {
     for (int ic = 0; ic < nic; ic += kLanes) {
       Vec acc[alpha], y[n];
-      for (int i = 0; i < alpha; ++i) acc[i] = load_lanes(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes);
+      for (int i = 0; i < alpha; ++i)
+        acc[i] = load_lanes(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes);
       Tile::output(acc, y);
       for (int j = 0; j < n; ++j) {
         float* dst = c.bucket + (((oc0 + oc) * p.filter_h + fh) * p.filter_w + f0 + j) * p.in_c + ic0 + ic;
@@ -150,7 +155,8 @@ void backward_filter(const Problem& p, int variant0, int variant1, const Segment
 
   parallel_for(first_item[segments], [&](int64_t item) {
     const int64_t z = std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin() - 1;
-    ItemContext c{&p, &b, grid.segment(int(z)), z == 0 ? b.filter_grad : b.workspace + (z - 1) * bucket_elems};
+    ItemContext c{&p, &b, grid.segment(int(z)),
+                  z == 0 ? b.filter_grad : b.workspace + (z - 1) * bucket_elems};
     const int variant = c.seg.kernel == 0 ? variant0 : variant1;
     int64_t local = item - first_item[z];
     const int64_t icb = local % ic_blocks;

@@ -86,10 +86,10 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> in
                   variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
   try {
-    cpu::backward_filter(launch.problem, launch.variant0, launch.variant1, launch.grid,
-                         {input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(),
-                          workspace->typed_data()},
-                         make_parallel_for(pool));
+    cpu::backward_filter(
+        launch.problem, launch.variant0, launch.variant1, launch.grid,
+        {input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(), workspace->typed_data()},
+        make_parallel_for(pool));
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
   }

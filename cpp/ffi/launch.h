@@ -18,9 +18,10 @@ struct Launch {
 
 // Shapes: input N x I_H x I_W x I_C, out_grad N x O_H x O_W x O_C, filter_grad O_C x F_H x F_W x I_C,
 // workspace of workspace_elems floats. Returns an error message, empty on success.
-std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4], const int64_t (&filter_grad)[4],
-                        int64_t workspace_elems, const int64_t (&pads)[4], int64_t variant0, int64_t variant1,
-                        int64_t seg_rows, int64_t seg_h, int64_t seg_w, int64_t width0, Launch* launch);
+std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4],
+                        const int64_t (&filter_grad)[4], int64_t workspace_elems, const int64_t (&pads)[4],
+                        int64_t variant0, int64_t variant1, int64_t seg_rows, int64_t seg_h, int64_t seg_w,
+                        int64_t width0, Launch* launch);
 
 // Binds the plan attributes, in the order make_launch takes them, onto an XLA FFI binding.
 template <typename Binding>

@@ -95,7 +95,8 @@ NB_MODULE(_winrs, m) {
   m.def("transform", [](int v) {
     check_variant(v);
     const winrs::Transform t = winrs::transform_of(v);
-    return nb::make_tuple(rows(&t.A[0][0], t.alpha, t.n, winrs::kMaxN), rows(&t.G[0][0], t.alpha, t.r, winrs::kMaxR),
+    return nb::make_tuple(rows(&t.A[0][0], t.alpha, t.n, winrs::kMaxN),
+                          rows(&t.G[0][0], t.alpha, t.r, winrs::kMaxR),
                           rows(&t.DT[0][0], t.alpha, t.alpha, winrs::kMaxAlpha));
   });
 
@@ -109,10 +110,11 @@ NB_MODULE(_winrs, m) {
       "make_plan",
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
-         int64_t pad_right, int sm_count, int segments) {
+         int64_t pad_right, int sm_count, int segments, int variant0, int variant1) {
         const winrs::Problem p{batch,    in_h,     in_w,    in_c,       out_h,    out_w,    out_c,
                                filter_h, filter_w, pad_top, pad_bottom, pad_left, pad_right};
-        const winrs::Plan plan = winrs::make_plan(p, winrs::PlanOptions{sm_count, segments});
+        const winrs::Plan plan =
+            winrs::make_plan(p, winrs::PlanOptions{sm_count, segments, variant0, variant1});
         nb::dict d;
         d["supported"] = plan.supported;
         d["reason"] = plan.reason;
@@ -129,10 +131,12 @@ NB_MODULE(_winrs, m) {
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
-      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("sm_count"), nb::arg("segments"));
+      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("sm_count"), nb::arg("segments"),
+      nb::arg("variant0") = -1, nb::arg("variant1") = -1);
 
   m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {
-    if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 || width0 > out_w)
+    if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||
+        width0 > out_w)
       throw nb::value_error("segment grid sizes must be positive and width0 <= out_w");
     const winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0};
     nb::list out;

@@ -68,29 +68,32 @@ std::string validate_problem(const Problem& p) {
   return {};
 }
 
+int64_t primary_width(int variant0, int variant1, int64_t out_w) {
+  const int64_t r0 = kVariants[variant0].r, r1 = kVariants[variant1].r;
+  for (int64_t k0 = out_w / r0; k0 >= 1; --k0)
+    if ((out_w - k0 * r0) % r1 == 0) return k0 * r0;
+  return 0;
+}
+
 KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w) {
   KernelPair best;
   if (!has_winograd_divisor(filter_w)) return best;
   double best_cost = std::numeric_limits<double>::infinity();
   for (int v0 = 0; v0 < kNumVariants; ++v0) {
     if (filter_w % kVariants[v0].n != 0) continue;
-    const int64_t r0 = kVariants[v0].r;
     for (int v1 = 0; v1 < kNumVariants; ++v1) {
       if (filter_w % kVariants[v1].n != 0) continue;
-      const int64_t r1 = kVariants[v1].r;
       // The largest share for kernel 0 such that kernel 1 covers the rest exactly (no zero padding).
-      for (int64_t k0 = out_w / r0; k0 >= 1; --k0) {
-        const int64_t rest = out_w - k0 * r0;
-        if (rest % r1 != 0) continue;
-        const double cost = double(k0 * r0) / kVariants[v0].relative_speed() +
-                             double(rest) / kVariants[v1].relative_speed();
-        if (cost < best_cost * (1 - 1e-12)) {
-          best_cost = cost;
-          best.variant0 = v0;
-          best.variant1 = rest == 0 ? v0 : v1;
-          best.width0 = k0 * r0;
-        }
-        break;
+      const int64_t width0 = primary_width(v0, v1, out_w);
+      if (width0 == 0) continue;
+      const int64_t rest = out_w - width0;
+      const double cost =
+          double(width0) / kVariants[v0].relative_speed() + double(rest) / kVariants[v1].relative_speed();
+      if (cost < best_cost * (1 - 1e-12)) {
+        best_cost = cost;
+        best.variant0 = v0;
+        best.variant1 = rest == 0 ? v0 : v1;
+        best.width0 = width0;
       }
     }
   }
@@ -136,10 +139,23 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
     plan.reason = "tensors of 2^31 or more elements are not supported";
     return plan;
   }
-  const KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w);
+  KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w);
   if (pair.variant0 < 0) {
     plan.reason = "filter width " + std::to_string(p.filter_w) + " has no divisor in 2..9";
     return plan;
+  }
+  if (options.variant0 >= 0 || options.variant1 >= 0) {
+    const int v0 = options.variant0, v1 = options.variant1 >= 0 ? options.variant1 : options.variant0;
+    if (v0 < 0 || v0 >= kNumVariants || v1 >= kNumVariants) {
+      plan.reason = "forced kernel variant index out of range";
+      return plan;
+    }
+    pair = KernelPair{v0, v1, primary_width(v0, v1, p.out_w)};
+    if (p.filter_w % kVariants[v0].n != 0 || p.filter_w % kVariants[v1].n != 0 || pair.width0 == 0) {
+      plan.reason = "forced kernels cannot tile this filter width and output-gradient width";
+      return plan;
+    }
+    if (pair.width0 == p.out_w) pair.variant1 = v0;
   }
   plan.baseline_segments =
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
@@ -159,7 +175,8 @@ std::string validate_plan(const Problem& p, int variant0, int variant1, const Se
   const Variant &v0 = kVariants[variant0], &v1 = kVariants[variant1];
   if (p.filter_w % v0.n != 0 || p.filter_w % v1.n != 0)
     return "kernel output-tile width does not divide the filter width";
-  if (g.out_h != p.out_h || g.out_w != p.out_w) return "segment grid does not match the output-gradient shape";
+  if (g.out_h != p.out_h || g.out_w != p.out_w)
+    return "segment grid does not match the output-gradient shape";
   if (g.width0 <= 0 || g.width0 > g.out_w || g.width0 % v0.r != 0)
     return "primary width must be a positive multiple of r0 within the output-gradient width";
   if ((g.out_w - g.width0) % v1.r != 0) return "residual width must be a multiple of r1";

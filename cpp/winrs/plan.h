@@ -11,8 +11,10 @@
 namespace winrs {
 
 struct PlanOptions {
-  int sm_count = 132;     // streaming multiprocessors of the target GPU (H100 SXM by default)
-  int segments = 0;       // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+  int sm_count = 132;  // streaming multiprocessors of the target GPU (H100 SXM by default)
+  int segments = 0;    // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+  int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
+  int variant1 = -1;
 };
 
 struct Plan {
@@ -20,9 +22,9 @@ struct Plan {
   std::string reason;  // why WinRS is not used, when !supported
   int variant0 = -1, variant1 = -1;
   SegmentGrid grid{};
-  int64_t segments = 0;         // Z
-  int64_t workspace_elems = 0;  // (Z - 1) x |dW|, float32
-  double baseline_segments = 0; // Z^ after Algorithm 1 (or the forced value)
+  int64_t segments = 0;          // Z
+  int64_t workspace_elems = 0;   // (Z - 1) x |dW|, float32
+  double baseline_segments = 0;  // Z^ after Algorithm 1 (or the forced value)
 };
 
 // Kernel pair of section 4.1, or variant0 = -1 when the filter width has no divisor in 2..9.
@@ -32,6 +34,8 @@ struct KernelPair {
 };
 
 KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w);
+// The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
+int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
 Plan make_plan(const Problem& p, const PlanOptions& options);
 std::string validate_problem(const Problem& p);  // empty when the shape is consistent

@@ -1,0 +1,183 @@
+"""winrs_jax.conv is a drop-in for lax.conv_general_dilated and its gradients match XLA's."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import winrs_jax
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _operands(rng, lhs_shape, rhs_shape, dtype=np.float32):
+    return (
+        jnp.asarray(rng.standard_normal(lhs_shape), dtype),
+        jnp.asarray(rng.standard_normal(rhs_shape), dtype),
+    )
+
+
+def _grads(conv_fn, lhs, rhs, **kwargs):
+    def loss(lhs, rhs):
+        y = conv_fn(lhs, rhs, **kwargs)
+        return jnp.sum(jnp.sin(y))  # a non-trivial cotangent
+
+    return jax.grad(loss, argnums=(0, 1))(lhs, rhs)
+
+
+def _assert_close(actual, expected, rtol=2e-4):
+    """Both sides are float32 sums of O(N*OH*OW) products; compare relative to the largest entry."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+def _hlo(fn, *args):
+    return jax.jit(fn).lower(*args).as_text()
+
+
+CASES = [
+    # lhs shape, rhs shape, strides, padding, dimension numbers
+    ((2, 9, 11, 5), (3, 3, 5, 6), (1, 1), "SAME", NHWC),
+    ((2, 9, 11, 5), (3, 3, 5, 6), (1, 1), "VALID", NHWC),
+    ((1, 13, 7, 3), (5, 4, 3, 4), (1, 1), ((2, 1), (0, 3)), NHWC),
+    ((2, 5, 10, 12), (6, 5, 3, 3), (1, 1), "SAME", ("NCHW", "OIHW", "NCHW")),
+    ((3, 6, 17), (4, 6, 3), (1,), ((1, 2),), ("NCH", "OIH", "NCH")),
+    ((2, 8, 8, 4), (2, 3, 6, 4), (1, 1), ((1, 1), (2, 3)), ("NHWC", "OHWI", "NCHW")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+def test_forward_and_gradients_match_xla(case, rng):
+    lhs_shape, rhs_shape, strides, padding, dn = case
+    lhs, rhs = _operands(rng, lhs_shape, rhs_shape)
+    kwargs = dict(window_strides=strides, padding=padding, dimension_numbers=dn)
+    _assert_close(winrs_jax.conv(lhs, rhs, **kwargs), lax.conv_general_dilated(lhs, rhs, **kwargs))
+    ours = _grads(winrs_jax.conv, lhs, rhs, **kwargs)
+    theirs = _grads(lax.conv_general_dilated, lhs, rhs, **kwargs)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+    # The filter gradient of every case above runs WinRS.
+    assert "winrs_backward_filter" in _hlo(functools.partial(_grads, winrs_jax.conv, **kwargs), lhs, rhs)
+
+
+def test_under_jit_vmap_checkpoint_and_scan(rng):
+    lhs, rhs = _operands(rng, (3, 2, 8, 8, 4), (3, 3, 4, 5))
+    kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+
+    def model(conv_fn, lhs, rhs):
+        @jax.checkpoint
+        def layer(x, w):
+            return jnp.tanh(conv_fn(x, w, **kwargs))
+
+        def step(carry, x):
+            y = layer(x, rhs)
+            return carry + jnp.sum(y * y), y
+
+        per_example = jax.vmap(lambda x: jnp.sum(layer(x, rhs)))(lhs)
+        total, _ = lax.scan(step, 0.0, lhs)
+        return total + jnp.sum(per_example)
+
+    ours = jax.jit(jax.grad(functools.partial(model, winrs_jax.conv), argnums=(0, 1)))(lhs, rhs)
+    theirs = jax.jit(jax.grad(functools.partial(model, lax.conv_general_dilated), argnums=(0, 1)))(lhs, rhs)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+
+
+def test_vmap_over_weights_too(rng):
+    lhs, rhs = _operands(rng, (2, 3, 7, 7, 2), (2, 3, 3, 2, 3))
+    kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+
+    def loss(conv_fn, lhs, rhs):
+        return jnp.sum(jax.vmap(lambda x, w: conv_fn(x, w, **kwargs))(lhs, rhs) ** 2)
+
+    ours = jax.grad(functools.partial(loss, winrs_jax.conv), argnums=(0, 1))(lhs, rhs)
+    theirs = jax.grad(functools.partial(loss, lax.conv_general_dilated), argnums=(0, 1))(lhs, rhs)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    "rhs_shape, kwargs",
+    [
+        ((3, 3, 4, 4), dict(window_strides=(2, 2))),
+        ((3, 3, 4, 4), dict(rhs_dilation=(2, 2))),
+        ((3, 3, 2, 4), dict(feature_group_count=2)),
+        ((3, 11, 4, 4), {}),
+    ],
+    ids=["strided", "dilated", "grouped", "width11"],
+)
+def test_unsupported_layers_fall_back_to_xla(rhs_shape, kwargs, rng):
+    lhs, rhs = _operands(rng, (2, 12, 14, 4), rhs_shape)
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+    args.update(kwargs)
+    ours = _grads(winrs_jax.conv, lhs, rhs, **args)
+    theirs = _grads(lax.conv_general_dilated, lhs, rhs, **args)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+    assert "winrs_backward_filter" not in _hlo(functools.partial(_grads, winrs_jax.conv, **args), lhs, rhs)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_falls_back_to_xla(dtype, rng):
+    lhs, rhs = _operands(rng, (2, 8, 8, 4), (3, 3, 4, 4), dtype)
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+    ours = _grads(winrs_jax.conv, lhs, rhs, **args)
+    theirs = _grads(lax.conv_general_dilated, lhs, rhs, **args)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    assert "winrs_backward_filter" not in _hlo(functools.partial(_grads, winrs_jax.conv, **args), lhs, rhs)
+
+
+def test_precision_argument_is_honoured(rng):
+    lhs, rhs = _operands(rng, (2, 8, 8, 4), (3, 3, 4, 4))
+    args = dict(
+        window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, precision=lax.Precision.HIGHEST
+    )
+    _assert_close(winrs_jax.conv(lhs, rhs, **args), lax.conv_general_dilated(lhs, rhs, **args))
+    ours = _grads(winrs_jax.conv, lhs, rhs, **args)
+    for a, b in zip(ours, _grads(lax.conv_general_dilated, lhs, rhs, **args), strict=True):
+        _assert_close(a, b)
+
+
+def test_conv_backward_filter_matches_xla(rng):
+    lhs, rhs = _operands(rng, (2, 4, 9, 9), (6, 4, 3, 5))
+    dn = ("NCHW", "OIHW", "NCHW")
+    y, vjp = jax.vjp(lambda w: lax.conv_general_dilated(lhs, w, (1, 1), "SAME", dimension_numbers=dn), rhs)
+    dy = jnp.asarray(rng.standard_normal(y.shape), jnp.float32)
+    ours = jax.jit(
+        lambda x, g: winrs_jax.conv_backward_filter(x, g, rhs.shape, (1, 1), "SAME", dimension_numbers=dn)
+    )(lhs, dy)
+    _assert_close(ours, vjp(dy)[0])
+    with pytest.raises(ValueError, match="out_grad has shape"):
+        winrs_jax.conv_backward_filter(lhs, dy[:, :, 1:], rhs.shape, (1, 1), "SAME", dimension_numbers=dn)
+
+
+def test_flax_linen_conv(rng):
+    nn = pytest.importorskip("flax.linen")
+    x = jnp.asarray(rng.standard_normal((2, 10, 10, 3)), jnp.float32)
+    ours = nn.Conv(features=8, kernel_size=(3, 3), conv_general_dilated=winrs_jax.conv)
+    theirs = nn.Conv(features=8, kernel_size=(3, 3))
+    params = theirs.init(jax.random.key(0), x)
+
+    def loss(module, params):
+        return jnp.sum(module.apply(params, x) ** 2)
+
+    g_ours = jax.jit(jax.grad(functools.partial(loss, ours)))(params)
+    g_theirs = jax.grad(functools.partial(loss, theirs))(params)
+    for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_theirs), strict=True):
+        _assert_close(a, b)
+    assert "winrs_backward_filter" in _hlo(jax.grad(functools.partial(loss, ours)), params)
+
+
+def test_hlo_for_cuda_contains_the_custom_call(rng):
+    """Lowering for the GPU works without one (the target name is platform independent)."""
+    lhs, rhs = _operands(rng, (2, 8, 8, 4), (3, 3, 4, 4))
+    fn = functools.partial(
+        _grads, winrs_jax.conv, window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC
+    )
+    text = jax.jit(fn).trace(lhs, rhs).lower(lowering_platforms=("cuda",)).as_text()
+    assert "winrs_backward_filter" in text

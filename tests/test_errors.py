@@ -1,0 +1,93 @@
+"""Bad input fails at trace time with a message naming the problem; the handler rejects bad attributes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import winrs_jax
+from winrs_jax import _ffi
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **kwargs):
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+    args.update(kwargs)
+    lhs, rhs = jnp.zeros(lhs_shape, lhs_dtype), jnp.zeros(rhs_shape, rhs_dtype)
+    return jax.jit(lambda x, w: winrs_jax.conv(x, w, **args)).lower(lhs, rhs)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 5, 4)), ValueError, r"input channels \(4\) must equal rhs input"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4)), ValueError, "same rank"),
+        (lambda: _conv((8, 4), (3, 4)), ValueError, "rank >= 3"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((-1, 1), (1, 1))), ValueError, "negative padding"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((4, 1), (1, 1))), ValueError, "exceeds the window"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((1, 1),)), ValueError, "2 .low, high. pairs"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding="FULL"), ValueError, "FULL"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), window_strides=(1,)), ValueError, "window_strides must have 2"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), window_strides=(0, 1)), ValueError, "must be >= 1"),
+        (lambda: _conv((2, 2, 2, 4), (3, 3, 4, 4), padding="VALID"), ValueError, "exceeds the padded input"),
+        (lambda: _conv((2, 0, 8, 4), (3, 3, 4, 4)), ValueError, "zero-size dimension"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 0)), ValueError, "zero-size dimension"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), jnp.int32, jnp.int32), TypeError, "floating type"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), jnp.float32, jnp.float16), TypeError, "same dtype"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), dimension_numbers=("NHWC", "HWIO")), TypeError, "dimension_numbers"),
+    ],
+    ids=[
+        "channels", "rank-mismatch", "rank-too-small", "negative-padding", "oversized-padding", "padding-length",
+        "padding-name", "strides-length", "zero-stride", "window-too-large", "zero-input-dim", "zero-filter-dim",
+        "integer-dtype", "mixed-dtypes", "bad-dimension-numbers",
+    ],
+)  # fmt: skip
+def test_bad_input_raises_at_trace_time(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def _attributes(**overrides):
+    attrs = dict(
+        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, variant0=3, variant1=2, seg_rows=1, seg_h=8, seg_w=6,
+        width0=6,
+    )  # fmt: skip
+    attrs.update(overrides)
+    return attrs
+
+
+def _call(
+    workspace_elems=4 * 3 * 3 * 4, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), **attrs
+):
+    x, dy = jnp.ones(x_shape), jnp.ones(dy_shape)
+    return _ffi.backward_filter_call(x, dy, dw_shape, workspace_elems, _attributes(**attrs))
+
+
+def test_handler_accepts_a_consistent_plan():
+    dw = np.asarray(_call())
+    # All-ones input and gradient: dW counts the (unpadded) positions each filter tap meets.
+    edge, inner = 2 * 7 * 8, 2 * 8 * 8
+    assert dw[0, 1, 1, 0] == inner and dw[0, 0, 1, 0] == edge
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(variant0=13), "variant index out of range"),
+        (dict(variant0=-1), "out of range"),
+        (dict(variant0=1), "does not divide the filter width"),
+        (dict(width0=5), "multiple of r0"),
+        (dict(width0=7), "multiple of r0"),
+        (dict(seg_w=4), "segment width"),
+        (dict(seg_rows=3, seg_h=3), "segment rows"),
+        (dict(pad_top=2), "height does not match"),
+        (dict(pad_left=-1, pad_right=3), "padding must be >= 0"),
+        (dict(workspace_elems=3), "workspace size"),
+        (dict(dw_shape=(4, 3, 3, 5), workspace_elems=4 * 9 * 5), "different input channels"),
+        (dict(dy_shape=(3, 8, 8, 4)), "different batch sizes"),
+    ],
+)
+def test_handler_rejects_inconsistent_attributes(overrides, message):
+    with pytest.raises(Exception, match=f"winrs_backward_filter: .*{message}"):
+        np.asarray(_call(**overrides))

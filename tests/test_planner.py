@@ -1,0 +1,164 @@
+"""Planner properties (paper section 4): kernel pair, segment count and shape, workspace."""
+
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+import winrs_jax
+from winrs_jax import _winrs
+
+VARIANTS = winrs_jax.variants()
+
+
+def _plan(n, h, w, c, k, fh, fw, pads=None, **options):
+    pads = pads or ((fh // 2, fh // 2), (fw // 2, fw // 2))
+    x = jax.ShapeDtypeStruct((n, h, w, c), np.float32)
+    rhs = jax.ShapeDtypeStruct((fh, fw, c, k), np.float32)
+    return winrs_jax.plan(
+        x, rhs, (1, 1), pads, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        options=winrs_jax.PlannerOptions(**options),
+    )  # fmt: skip
+
+
+SHAPES = [
+    # N, H=W, C=K, FH, FW
+    (32, 56, 256, 3, 3),
+    (32, 14, 1024, 3, 3),
+    (32, 224, 64, 3, 3),
+    (32, 128, 128, 2, 2),
+    (32, 64, 256, 4, 4),
+    (32, 32, 256, 5, 5),
+    (32, 64, 256, 6, 6),
+    (32, 16, 512, 7, 7),
+    (32, 32, 256, 8, 8),
+    (32, 128, 64, 9, 9),
+    (1, 7, 3, 3, 3),
+    (2, 13, 5, 5, 10),
+    (3, 29, 7, 2, 18),
+    (1, 5, 1, 1, 2),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("segments", [None, 3, 16])
+def test_plan_properties(shape, segments):
+    n, hw, c, fh, fw = shape
+    plan = _plan(n, hw, hw, c, c, fh, fw, segments=segments)
+    assert plan.supported, plan.reason
+    v0, v1 = VARIANTS[plan.variant0], VARIANTS[plan.variant1]
+    out_h, out_w = plan.out_grad_hw
+    # Both kernels' output tiles divide F_W; their unit widths tile O_W without padding.
+    assert fw % v0.n == 0 and fw % v1.n == 0
+    assert plan.width0 % v0.r == 0 and (out_w - plan.width0) % v1.r == 0 and plan.width0 > 0
+    segs = _winrs.segments(out_h, out_w, plan.segment_rows, *plan.segment_shape, plan.width0)
+    assert len(segs) == plan.segments
+    # Segments tile dY exactly: disjoint and covering.
+    cover = np.zeros((out_h, out_w), int)
+    for h0, h1, w0, w1, kernel in segs:
+        assert h1 > h0 and w1 > w0
+        cover[h0:h1, w0:w1] += 1
+        r = (v0 if kernel == 0 else v1).r
+        assert (w1 - w0) % r == 0
+        assert (kernel == 0) == (w1 <= plan.width0)
+    assert (cover == 1).all()
+    assert plan.segment_shape[1] % v0.r == 0
+    # Z within its bounds: at least 1; Algorithm 2 never exceeds H_max x W_max segments plus the residual column.
+    pad_h = max(fh // 2, 1)
+    h_max = max(1, out_h // pad_h)
+    w_max = plan.width0 // v0.r
+    assert 1 <= plan.segments <= h_max * (w_max + 1)
+    if segments is None:
+        data = n * hw * hw * c + n * out_h * out_w * c + c * fh * fw * c
+        assert plan.baseline_segments <= 1 + 0.5 * data / (c * fh * fw * c)
+    assert plan.workspace_elems == (plan.segments - 1) * c * fh * fw * c
+    assert plan.workspace_bytes == 4 * plan.workspace_elems
+
+
+def test_figure_5_pair():
+    """F_W = 3, O_W = 16: Omega_8(3, 6) for the multiples of 6, Omega_4(3, 2) for the rest."""
+    plan = _plan(4, 16, 16, 64, 64, 3, 3)
+    assert [k.name for k in plan.kernels] == ["Omega_8(3, 6)", "Omega_4(3, 2)"]
+    assert plan.width0 == 12
+
+
+def test_single_kernel_when_width_divides():
+    plan = _plan(4, 18, 18, 64, 64, 3, 3)
+    assert [k.name for k in plan.kernels] == ["Omega_8(3, 6)"]
+    assert plan.width0 == 18
+
+
+def test_large_channels_need_one_segment_per_column():
+    """Section 6.1: with 1024 channels one segment column already fills the GPU (Algorithm 1, line 3)."""
+    plan = _plan(32, 14, 14, 1024, 1024, 3, 3)
+    assert plan.baseline_segments == 1
+
+
+def test_small_channels_get_many_segments():
+    plan = _plan(32, 224, 224, 64, 64, 3, 3)
+    assert plan.segments >= 8
+
+
+def test_sm_count_changes_the_plan():
+    few = _plan(32, 56, 56, 256, 256, 3, 3, sm_count=8)
+    many = _plan(32, 56, 56, 256, 256, 3, 3, sm_count=132)
+    assert few.segments < many.segments
+
+
+def test_forced_kernels():
+    plan = _plan(2, 20, 20, 8, 8, 3, 3, kernels=(2, 0))
+    assert [k.name for k in plan.kernels] == ["Omega_4(3, 2)"]
+    bad = _plan(2, 20, 20, 8, 8, 3, 3, kernels=(1, 0))  # n = 2 does not divide F_W = 3
+    assert not bad.supported and "forced kernels" in bad.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        (dict(fw=11), "filter width 11 has no divisor in 2..9"),
+        (dict(fw=1), "filter width 1 has no divisor in 2..9"),
+        (dict(window_strides=(2, 2)), "stride 1"),
+        (dict(rhs_dilation=(2, 2)), "rhs dilation"),
+        (dict(lhs_dilation=(2, 1)), "lhs dilation"),
+        (dict(feature_group_count=2), "grouped convolution"),
+        (dict(dtype=np.float16), "float32 only"),
+        (dict(dtype=jax.numpy.bfloat16), "float32 only"),
+    ],
+)
+def test_unsupported_layers_say_why(kwargs, reason):
+    fw = kwargs.pop("fw", 3)
+    dtype = kwargs.pop("dtype", np.float32)
+    groups = kwargs.get("feature_group_count", 1)
+    x = jax.ShapeDtypeStruct((2, 16, 16, 8), dtype)
+    rhs = jax.ShapeDtypeStruct((3, fw, 8 // groups, 8), dtype)
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    args.update(kwargs)
+    plan = winrs_jax.plan(x, rhs, **args)
+    assert not plan.supported
+    assert reason in plan.reason
+    assert "not used" in str(plan) and reason in str(plan)
+
+
+def test_printed_plan():
+    text = str(_plan(32, 56, 56, 256, 256, 3, 3))
+    for piece in ("WinRS plan", "Omega_8(3, 6)", "Omega_4(3, 2)", "Z=", "workspace", "out_grad 56x56x256"):
+        assert piece in text
+    print(text)
+
+
+def test_three_d_convolution_falls_back():
+    x = jax.ShapeDtypeStruct((2, 8, 8, 8, 4), np.float32)
+    rhs = jax.ShapeDtypeStruct((3, 3, 3, 4, 4), np.float32)
+    plan = winrs_jax.plan(x, rhs, (1, 1, 1), "SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    assert not plan.supported and "3D" in plan.reason
+
+
+def test_every_variant_is_reachable_by_the_planner():
+    """Each of the 13 variants is picked as a kernel for some filter width and output width."""
+    picked = set()
+    for fw, ow in itertools.product(range(2, 19), range(1, 40)):
+        plan = _plan(1, 3, ow + fw - 1, 4, 4, 1, fw, pads=((0, 0), (0, 0)))
+        if plan.supported:
+            picked.update(k.index for k in plan.kernels)
+    assert picked == set(range(len(VARIANTS)))
