@@ -117,8 +117,9 @@ class Plan:
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
             + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else ""),
-            f"  segments   Z={self.segments} (Z^={self.baseline_segments:g} for {self.sm_count} SMs), "
-            f"{self.segment_rows} rows of {self.segment_shape[0]} x width {self.segment_shape[1]}",
+            f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
+            f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
+            f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
             f"  workspace  {self.workspace_bytes} bytes ((Z-1) x |dW| float32)",
         ]
         return "\n".join(lines)

@@ -16,11 +16,12 @@ struct Lanes {
     for (int l = 0; l < W; ++l) v[l] += o.v[l];
     return *this;
   }
-  friend Lanes operator+(Lanes a, const Lanes& b) { return a += b; }
-  friend Lanes operator-(Lanes a, const Lanes& b) {
-    for (int l = 0; l < W; ++l) a.v[l] -= b.v[l];
-    return a;
+  Lanes& operator-=(const Lanes& o) {
+    for (int l = 0; l < W; ++l) v[l] -= o.v[l];
+    return *this;
   }
+  friend Lanes operator+(Lanes a, const Lanes& b) { return a += b; }
+  friend Lanes operator-(Lanes a, const Lanes& b) { return a -= b; }
   friend Lanes operator*(Lanes a, const Lanes& b) {
     for (int l = 0; l < W; ++l) a.v[l] *= b.v[l];
     return a;

@@ -2,12 +2,41 @@
 // F(n, r) tile (paper eq. (6)), written with the row-pair symmetry of section 5.2 (rows of the points +p and
 // -p share even-position elements and negate odd-position ones), and the index mapping of a unit onto the
 // input, with the height clipping of Figure 7 and the width masking of section 5.1.
+//
+// Coefficients are read in constant expressions (static_for), so the compiler drops zero terms and turns
+// +-1 products into additions, on the host and in device code alike.
 #pragma once
+
+#include <type_traits>
 
 #include "config.h"
 #include "transforms.h"
 
 namespace winrs {
+
+template <int Begin, int End, int Step = 1, typename F>
+WINRS_HD inline void static_for(F&& f) {
+  if constexpr (Begin < End) {
+    f(std::integral_constant<int, Begin>{});
+    static_for<Begin + Step, End, Step>(f);
+  }
+}
+
+// sum += coefficient * value, with the coefficient known at compile time.
+template <typename Real>
+struct Term {
+  template <typename Coefficient>
+  WINRS_HD static void add(Real& sum, Coefficient, const Real& value) {
+    constexpr double c = Coefficient::value;
+    if constexpr (c == 1.0) {
+      sum += value;
+    } else if constexpr (c == -1.0) {
+      sum -= value;
+    } else if constexpr (c != 0.0) {
+      sum += Real(c) * value;
+    }
+  }
+};
 
 template <int V>
 struct TileMath {
@@ -16,7 +45,20 @@ struct TileMath {
   static constexpr int n = variant.n;
   static constexpr int r = variant.r;
   static constexpr Transform T = transform_of(V);
-  static constexpr int kPairs = (alpha - 2) / 2;  // rows 1..alpha-2 come in (+p, -p) pairs
+  static constexpr int kPairs = alpha >= 2 ? (alpha - 2) / 2 : 0;  // rows 1..alpha-2: (+p, -p) pairs
+
+  template <int Row, int Col>
+  struct G {
+    static constexpr double value = T.G[Row][Col];
+  };
+  template <int Row, int Col>
+  struct DT {
+    static constexpr double value = T.DT[Row][Col];
+  };
+  template <int Row, int Col>
+  struct A {
+    static constexpr double value = T.A[Row][Col];
+  };
 
   // Filter transform of one output-gradient unit: out = G w.
   template <typename Real>
@@ -24,19 +66,18 @@ struct TileMath {
     if constexpr (alpha == 1) {
       out[0] = w[0];
     } else {
-      out[0] = Real(T.G[0][0]) * w[0];
-      WINRS_UNROLL
-      for (int p = 0; p < kPairs; ++p) {
-        const int row = 1 + 2 * p;
-        Real even = 0, odd = 0;
-        WINRS_UNROLL
-        for (int k = 0; k < r; k += 2) even += Real(T.G[row][k]) * w[k];
-        WINRS_UNROLL
-        for (int k = 1; k < r; k += 2) odd += Real(T.G[row][k]) * w[k];
+      out[0] = Real(0.0);
+      Term<Real>::add(out[0], G<0, 0>{}, w[0]);
+      static_for<0, kPairs>([&](auto pair) {
+        constexpr int row = 1 + 2 * decltype(pair)::value;
+        Real even(0.0), odd(0.0);
+        static_for<0, r, 2>([&](auto k) { Term<Real>::add(even, G<row, decltype(k)::value>{}, w[k]); });
+        static_for<1, r, 2>([&](auto k) { Term<Real>::add(odd, G<row, decltype(k)::value>{}, w[k]); });
         out[row] = even + odd;
         out[row + 1] = even - odd;
-      }
-      out[alpha - 1] = Real(T.G[alpha - 1][r - 1]) * w[r - 1];
+      });
+      out[alpha - 1] = Real(0.0);
+      Term<Real>::add(out[alpha - 1], G<alpha - 1, r - 1>{}, w[r - 1]);
     }
   }
 
@@ -46,19 +87,20 @@ struct TileMath {
     if constexpr (alpha == 1) {
       out[0] = x[0];
     } else {
-      out[0] = dot_row(0, x);
-      WINRS_UNROLL
-      for (int p = 0; p < kPairs; ++p) {
-        const int row = 1 + 2 * p;
-        Real even = 0, odd = 0;
-        WINRS_UNROLL
-        for (int c = 0; c < alpha; c += 2) even += Real(T.DT[row][c]) * x[c];
-        WINRS_UNROLL
-        for (int c = 1; c < alpha; c += 2) odd += Real(T.DT[row][c]) * x[c];
+      out[0] = Real(0.0);
+      out[alpha - 1] = Real(0.0);
+      static_for<0, alpha>([&](auto c) {
+        Term<Real>::add(out[0], DT<0, decltype(c)::value>{}, x[c]);
+        Term<Real>::add(out[alpha - 1], DT<alpha - 1, decltype(c)::value>{}, x[c]);
+      });
+      static_for<0, kPairs>([&](auto pair) {
+        constexpr int row = 1 + 2 * decltype(pair)::value;
+        Real even(0.0), odd(0.0);
+        static_for<0, alpha, 2>([&](auto c) { Term<Real>::add(even, DT<row, decltype(c)::value>{}, x[c]); });
+        static_for<1, alpha, 2>([&](auto c) { Term<Real>::add(odd, DT<row, decltype(c)::value>{}, x[c]); });
         out[row] = even + odd;
         out[row + 1] = even - odd;
-      }
-      out[alpha - 1] = dot_row(alpha - 1, x);
+      });
     }
   }
 
@@ -68,27 +110,19 @@ struct TileMath {
     if constexpr (alpha == 1) {
       y[0] = m[0];
     } else {
-      WINRS_UNROLL
-      for (int j = 0; j < n; ++j) y[j] = Real(T.A[0][j]) * m[0];
-      WINRS_UNROLL
-      for (int p = 0; p < kPairs; ++p) {
-        const int row = 1 + 2 * p;
+      static_for<0, n>([&](auto j) {
+        y[j] = Real(0.0);
+        Term<Real>::add(y[j], A<0, decltype(j)::value>{}, m[0]);
+      });
+      static_for<0, kPairs>([&](auto pair) {
+        constexpr int row = 1 + 2 * decltype(pair)::value;
         const Real sum = m[row] + m[row + 1], diff = m[row] - m[row + 1];
-        WINRS_UNROLL
-        for (int j = 0; j < n; ++j) y[j] += Real(T.A[row][j]) * ((j % 2 == 0) ? sum : diff);
-      }
-      y[n - 1] += Real(T.A[alpha - 1][n - 1]) * m[alpha - 1];
+        static_for<0, n>([&](auto j) {
+          Term<Real>::add(y[j], A<row, decltype(j)::value>{}, (decltype(j)::value % 2 == 0) ? sum : diff);
+        });
+      });
+      Term<Real>::add(y[n - 1], A<alpha - 1, n - 1>{}, m[alpha - 1]);
     }
-  }
-
- private:
-  template <typename Real>
-  WINRS_HD static Real dot_row(int row, const Real (&x)[alpha]) {
-    Real s = 0;
-    WINRS_UNROLL
-    for (int c = 0; c < alpha; ++c)
-      if (T.DT[row][c] != 0.0) s += Real(T.DT[row][c]) * x[c];
-    return s;
   }
 };
 
