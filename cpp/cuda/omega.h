@@ -21,7 +21,7 @@ struct OmegaArgs {
 // Launches Omega_alpha(n, r) of `variant` over the segments of one kernel of the pair. Defined per alpha
 // class in omega_alpha*.cu; returns the launch error, if any.
 cudaError_t launch_omega(int variant, const OmegaArgs& args, cudaStream_t stream);
-cudaError_t launch_omega_alpha1(int variant, const OmegaArgs& args, cudaStream_t stream);
+cudaError_t launch_omega_alpha2(int variant, const OmegaArgs& args, cudaStream_t stream);
 cudaError_t launch_omega_alpha4(int variant, const OmegaArgs& args, cudaStream_t stream);
 cudaError_t launch_omega_alpha8(int variant, const OmegaArgs& args, cudaStream_t stream);
 cudaError_t launch_omega_alpha16(int variant, const OmegaArgs& args, cudaStream_t stream);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "config.h"
+
 namespace winrs {
 
 struct Problem {
@@ -12,11 +14,11 @@ struct Problem {
   int64_t filter_h, filter_w;
   int64_t pad_top, pad_bottom, pad_left, pad_right;
 
-  int64_t input_elems() const { return batch * in_h * in_w * in_c; }
-  int64_t grad_elems() const { return batch * out_h * out_w * out_c; }
-  int64_t filter_elems() const { return out_c * filter_h * filter_w * in_c; }
+  WINRS_HD int64_t input_elems() const { return batch * in_h * in_w * in_c; }
+  WINRS_HD int64_t grad_elems() const { return batch * out_h * out_w * out_c; }
+  WINRS_HD int64_t filter_elems() const { return out_c * filter_h * filter_w * in_c; }
   // Direct-convolution FLOPs, the convention of the paper's section 6.2 and of the baselines.
-  double direct_flops() const { return 2.0 * batch * out_h * out_w * out_c * filter_h * filter_w * in_c; }
+  WINRS_HD double direct_flops() const { return 2.0 * batch * out_h * out_w * out_c * filter_h * filter_w * in_c; }
 };
 
 }  // namespace winrs

@@ -1,0 +1,73 @@
+// XLA FFI handler "winrs_backward_filter" for platform "CUDA": the two Omega kernels of the pair over their
+// segments, then the bucket reduction, all on XLA's stream. No allocation (the workspace is an output buffer of
+// the call) and no synchronisation, so XLA may capture it in a CUDA graph.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/omega.h"
+#include "ffi/handlers.h"
+#include "ffi/launch.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace winrs::ffi_glue {
+namespace {
+
+template <size_t Rank>
+void copy_dims(ffi::Span<const int64_t> dims, int64_t (&out)[Rank]) {
+  std::copy_n(dims.begin(), Rank, out);
+}
+
+ffi::Error cuda_error(const char* what, cudaError_t e) {
+  return ffi::Error::Internal(std::string("winrs_backward_filter: ") + what + ": " + cudaGetErrorString(e));
+}
+
+ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> input,
+                                ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
+                                ffi::ResultBuffer<ffi::F32, 1> workspace, int64_t pad_top, int64_t pad_bottom,
+                                int64_t pad_left, int64_t pad_right, int64_t variant0, int64_t variant1,
+                                int64_t seg_rows, int64_t seg_h, int64_t seg_w, int64_t width0) {
+  int64_t x[4], dy[4], dw[4];
+  copy_dims(input.dimensions(), x);
+  copy_dims(out_grad.dimensions(), dy);
+  copy_dims(filter_grad->dimensions(), dw);
+  Launch launch;
+  const std::string error =
+      make_launch(x, dy, dw, int64_t(workspace->element_count()), {pad_top, pad_bottom, pad_left, pad_right},
+                  variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
+  if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+
+  cuda::OmegaArgs args{input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(),
+                       workspace->typed_data(), launch.problem, launch.grid, 0};
+  if (cudaError_t e = cuda::launch_omega(launch.variant0, args, stream); e != cudaSuccess)
+    return cuda_error("kernel 0 launch", e);
+  if (launch.grid.width0 < launch.grid.out_w) {
+    args.kernel = 1;
+    if (cudaError_t e = cuda::launch_omega(launch.variant1, args, stream); e != cudaSuccess)
+      return cuda_error("kernel 1 launch", e);
+  }
+  const int segments = launch.grid.count();
+  if (segments > 1) {
+    if (cudaError_t e = cuda::launch_bucket_reduction(args.filter_grad, args.workspace,
+                                                      launch.problem.filter_elems(), segments, stream);
+        e != cudaSuccess)
+      return cuda_error("bucket reduction launch", e);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace winrs::ffi_glue
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
+                              winrs::ffi_glue::bind_plan_attributes(
+                                  ffi::Ffi::Bind()
+                                      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                      .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                      .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                      .Ret<ffi::Buffer<ffi::F32, 4>>()
+                                      .Ret<ffi::Buffer<ffi::F32, 1>>()),
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -1,0 +1,263 @@
+// The fused WinRS kernel Omega_alpha(n, r) for FP32 CUDA cores (paper section 5, Algorithm 3), one template
+// for all 13 variants. A block owns one segment, one filter row fh, one filter-gradient tile (n columns), and a
+// B_N x B_M block of output x input channels. Its main loop walks the segment's units (dimension reduction and
+// filter split), 8 per step: filter transform of dY units and input transform of X tiles into double-buffered
+// shared memory, then an alpha-batched B_N x B_M x 8 GEMM into registers. The output transform runs after the
+// loop, in R rounds through shared memory, and writes the segment's bucket.
+//
+// Preconditions (checked by winrs::validate_plan and the FFI handler): a consistent problem and grid, fewer
+// than 2^31 elements per tensor. Channel counts need no alignment: loads are scalar and predicated, coalesced
+// along the channel axis.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "cuda/omega.h"
+#include "winrs/tile.h"
+#include "winrs/variants.h"
+
+namespace winrs::cuda {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kUnitsPerStep = 8;  // the "8" of the B_N x B_M x 8 cache block
+
+template <int V>
+struct OmegaConfig {
+  using Tile = TileMath<V>;
+  static constexpr int alpha = Tile::alpha, n = Tile::n, r = Tile::r;
+  static constexpr int block_oc = kVariants[V].block_oc, block_ic = kVariants[V].block_ic;
+  // Each alpha slice of the batched GEMM belongs to kThreads / alpha threads (section 5.1), each computing a
+  // thread_oc x thread_ic tile of the slice.
+  static constexpr int slice_threads = kThreads / alpha;
+  static constexpr int thread_ic = 8;
+  static constexpr int threads_ic = block_ic / thread_ic;
+  static constexpr int threads_oc = slice_threads / threads_ic;
+  static constexpr int thread_oc = block_oc / threads_oc;
+  static_assert(kThreads % alpha == 0 && slice_threads % threads_ic == 0 && block_oc % threads_oc == 0);
+  static_assert(thread_oc % 4 == 0 && thread_ic % 4 == 0, "float4 shared-memory reads");
+  // (unit, channel) pairs each thread loads and transforms per step.
+  static constexpr int filter_pairs = kUnitsPerStep * block_oc / kThreads;
+  static constexpr int input_pairs = kUnitsPerStep * block_ic / kThreads;
+  static_assert(filter_pairs * kThreads == kUnitsPerStep * block_oc);
+  static_assert(input_pairs * kThreads == kUnitsPerStep * block_ic);
+  // Shared memory: Gs[2][alpha][8][B_N] and Ds[2][alpha][8][B_M].
+  static constexpr int filter_stage = alpha * kUnitsPerStep * block_oc;
+  static constexpr int stage = alpha * kUnitsPerStep * (block_oc + block_ic);
+  static constexpr int smem_floats = 2 * stage;
+  // Output rounds: As[alpha][B_N / R][B_M + 4] reuses the GEMM buffers; 4 floats of padding avoid bank
+  // conflicts between rows (section 5.2).
+  static constexpr int out_stride = block_ic + 4;
+  static constexpr int rounds() {
+    int rounds = 1;
+    while (alpha * (block_oc / rounds) * out_stride > smem_floats) rounds *= 2;
+    return rounds;
+  }
+  static constexpr int out_rounds = rounds();
+  static_assert(thread_oc % out_rounds == 0);
+  static constexpr size_t smem_bytes = sizeof(float) * smem_floats;
+};
+
+template <int V>
+__global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
+  using C = OmegaConfig<V>;
+  using Tile = typename C::Tile;
+  constexpr int alpha = C::alpha, n = C::n, r = C::r, BN = C::block_oc, BM = C::block_ic;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+
+  const Problem& p = args.problem;
+  const int out_c = int(p.out_c), in_c = int(p.in_c), out_w = int(p.out_w), out_h = int(p.out_h);
+  const int in_w = int(p.in_w), in_h = int(p.in_h), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
+  const int pad_top = int(p.pad_top), pad_left = int(p.pad_left);
+
+  // Block -> (segment, fh, tile, output-channel block, input-channel block); input channels vary fastest so
+  // that neighbouring blocks share their dY and X reads in L2.
+  const int ic_blocks = (in_c + BM - 1) / BM, oc_blocks = (out_c + BN - 1) / BN;
+  int block = blockIdx.x;
+  const int icb = block % ic_blocks;
+  block /= ic_blocks;
+  const int ocb = block % oc_blocks;
+  block /= oc_blocks;
+  const int tile = block % (filter_w / n);
+  block /= filter_w / n;
+  const int fh = block % filter_h;
+  const int local_segment = block / filter_h;
+  const SegmentGrid& grid = args.grid;
+  const int primary_cols = grid.primary_cols();
+  const int z = args.kernel == 0
+                    ? (local_segment / primary_cols) * grid.cols() + local_segment % primary_cols
+                    : local_segment * grid.cols() + primary_cols;
+  const Segment seg = grid.segment(z);
+  float* bucket = z == 0 ? args.filter_grad : args.workspace + (long long)(z - 1) * p.filter_elems();
+
+  const int oc0 = ocb * BN, ic0 = icb * BM, f0 = tile * n;
+  const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, pad_top, in_h);
+  const int units_per_row = (seg.w_end - seg.w_begin) / r;
+  const int units_per_image = (rows.end - rows.begin) * units_per_row;
+  const int units = int(p.batch) * units_per_image;
+  const int steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
+
+  const int tid = threadIdx.x;
+  float filter_regs[C::filter_pairs][r];
+  float input_regs[C::input_pairs][alpha];
+
+  // Global -> registers for step s (fetch_data, Algorithm 3 lines 2 and 4).
+  auto load = [&](int s) {
+#pragma unroll
+    for (int q = 0; q < C::filter_pairs; ++q) {
+      const int idx = tid + q * kThreads, k = idx / BN, oc = oc0 + idx % BN, u = s * kUnitsPerStep + k;
+      const bool valid = u < units && oc < out_c;
+      const int image = valid ? u / units_per_image : 0, within = valid ? u % units_per_image : 0;
+      const int oh = rows.begin + within / units_per_row;
+      const int w0 = seg.w_begin + (within % units_per_row) * r;
+      const float* src = args.out_grad + ((image * out_h + oh) * out_w + w0) * out_c + oc;
+#pragma unroll
+      for (int e = 0; e < r; ++e) filter_regs[q][e] = valid ? __ldg(src + e * out_c) : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < C::input_pairs; ++q) {
+      const int idx = tid + q * kThreads, k = idx / BM, ic = ic0 + idx % BM, u = s * kUnitsPerStep + k;
+      const bool valid = u < units && ic < in_c;
+      const int image = valid ? u / units_per_image : 0, within = valid ? u % units_per_image : 0;
+      const int oh = rows.begin + within / units_per_row;
+      const int w0 = seg.w_begin + (within % units_per_row) * r;
+      const float* src = args.input + ((image * in_h + oh + fh - pad_top) * in_w) * in_c + ic;
+#pragma unroll
+      for (int e = 0; e < alpha; ++e) {
+        const int col = input_column(w0, f0, e, pad_left);
+        input_regs[q][e] = (valid && column_in_bounds(col, in_w)) ? __ldg(src + col * in_c) : 0.0f;
+      }
+    }
+  };
+
+  // Registers -> transforms -> shared memory (Algorithm 3 lines 3, 5-7).
+  auto store = [&](int buffer) {
+    float* gs = smem + buffer * C::stage;
+    float* ds = gs + C::filter_stage;
+#pragma unroll
+    for (int q = 0; q < C::filter_pairs; ++q) {
+      const int idx = tid + q * kThreads, k = idx / BN, c = idx % BN;
+      float t[alpha];
+      Tile::filter(filter_regs[q], t);
+#pragma unroll
+      for (int i = 0; i < alpha; ++i) gs[(i * kUnitsPerStep + k) * BN + c] = t[i];
+    }
+#pragma unroll
+    for (int q = 0; q < C::input_pairs; ++q) {
+      const int idx = tid + q * kThreads, k = idx / BM, c = idx % BM;
+      float t[alpha];
+      Tile::input(input_regs[q], t);
+#pragma unroll
+      for (int i = 0; i < alpha; ++i) ds[(i * kUnitsPerStep + k) * BM + c] = t[i];
+    }
+  };
+
+  // alpha-batched GEMM (Algorithm 3 line 10): this thread's slice and tile.
+  const int slice = tid / C::slice_threads, local = tid % C::slice_threads;
+  const int ty = local / C::threads_ic, tx = local % C::threads_ic;
+  float acc[C::thread_oc][C::thread_ic];
+#pragma unroll
+  for (int i = 0; i < C::thread_oc; ++i)
+#pragma unroll
+    for (int j = 0; j < C::thread_ic; ++j) acc[i][j] = 0.0f;
+
+  auto gemm = [&](int buffer) {
+    const float* gs = smem + buffer * C::stage + slice * kUnitsPerStep * BN + ty * C::thread_oc;
+    const float* ds = smem + buffer * C::stage + C::filter_stage + slice * kUnitsPerStep * BM + tx * C::thread_ic;
+#pragma unroll
+    for (int k = 0; k < kUnitsPerStep; ++k) {
+      float a[C::thread_oc], b[C::thread_ic];
+#pragma unroll
+      for (int i = 0; i < C::thread_oc; i += 4)
+        *reinterpret_cast<float4*>(&a[i]) = *reinterpret_cast<const float4*>(gs + k * BN + i);
+#pragma unroll
+      for (int j = 0; j < C::thread_ic; j += 4)
+        *reinterpret_cast<float4*>(&b[j]) = *reinterpret_cast<const float4*>(ds + k * BM + j);
+#pragma unroll
+      for (int i = 0; i < C::thread_oc; ++i)
+#pragma unroll
+        for (int j = 0; j < C::thread_ic; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  };
+
+  // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM.
+  if (steps > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    if (s + 1 < steps) load(s + 1);
+    gemm(s & 1);
+    if (s + 1 < steps) store((s + 1) & 1);
+    __syncthreads();
+  }
+
+  // Output transform in R rounds (write_result, Algorithm 3 lines 12-18).
+  constexpr int R = C::out_rounds, rows_per_round = C::thread_oc / R, round_rows = BN / R;
+#pragma unroll
+  for (int round = 0; round < R; ++round) {
+    __syncthreads();
+#pragma unroll
+    for (int il = 0; il < rows_per_round; ++il)
+#pragma unroll
+      for (int j = 0; j < C::thread_ic; ++j)
+        smem[(slice * round_rows + ty * rows_per_round + il) * C::out_stride + tx * C::thread_ic + j] =
+            acc[round * rows_per_round + il][j];
+    __syncthreads();
+    for (int e = tid; e < round_rows * BM; e += kThreads) {
+      const int row = e / BM, col = e % BM;
+      const int oc = oc0 + (row / rows_per_round) * C::thread_oc + round * rows_per_round + row % rows_per_round;
+      const int ic = ic0 + col;
+      if (oc >= out_c || ic >= in_c) continue;
+      float m[alpha], y[n];
+#pragma unroll
+      for (int i = 0; i < alpha; ++i) m[i] = smem[(i * round_rows + row) * C::out_stride + col];
+      Tile::output(m, y);
+      float* dst = bucket + ((oc * filter_h + fh) * filter_w + f0) * in_c + ic;
+#pragma unroll
+      for (int j = 0; j < n; ++j) dst[j * in_c] = y[j];
+    }
+  }
+}
+
+template <int V>
+cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
+  using C = OmegaConfig<V>;
+  const Problem& p = args.problem;
+  const long long segments =
+      (long long)args.grid.seg_rows * (args.kernel == 0 ? args.grid.primary_cols() : 1);
+  const long long blocks = segments * p.filter_h * (p.filter_w / C::n) * ((p.out_c + C::block_oc - 1) / C::block_oc) *
+                           ((p.in_c + C::block_ic - 1) / C::block_ic);
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (cudaError_t e = cudaFuncSetAttribute(omega_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(C::smem_bytes));
+      e != cudaSuccess)
+    return e;
+  omega_kernel<V><<<unsigned(blocks), kThreads, C::smem_bytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+// Launches `variant` if its alpha class is AlphaClass (each class is compiled in its own translation unit).
+template <int AlphaClass, int... Vs>
+cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t stream,
+                            std::integer_sequence<int, Vs...>) {
+  cudaError_t result = cudaErrorInvalidValue;
+  (
+      [&] {
+        if constexpr (kVariants[Vs].alpha_class() == AlphaClass) {
+          if (variant == Vs) result = launch_variant<Vs>(args, stream);
+        }
+      }(),
+      ...);
+  return result;
+}
+
+template <int AlphaClass>
+cudaError_t launch_alpha_class(int variant, const OmegaArgs& args, cudaStream_t stream) {
+  return launch_in_class<AlphaClass>(variant, args, stream, std::make_integer_sequence<int, kNumVariants>{});
+}
+
+}  // namespace winrs::cuda
