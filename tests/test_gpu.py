@@ -27,9 +27,9 @@ def _filter_grad(x, dy, filter_hw, pads, device, **options):
         functools.partial(
             winrs_jax.conv_backward_filter, rhs_shape=rhs_shape, window_strides=(1, 1), padding=padding,
             dimension_numbers=DN, options=winrs_jax.PlannerOptions(**options),
-        ),
-        device=device,
+        )
     )  # fmt: skip
+    x, dy = jax.device_put(x, device), jax.device_put(dy, device)
     return np.asarray(fn(x, dy)).transpose(3, 0, 1, 2)
 
 
@@ -67,7 +67,12 @@ def test_gpu_matches_cpu_plan_execution(shape, rng):
     ref = reference_filter_grad(x, dy, (fh, fw), pads)
     gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), segments=6)
     cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], segments=6)
-    bound = 5e-4 if fw in (9, 18) else 2e-5
+    plan = winrs_jax.plan(
+        jax.ShapeDtypeStruct(x.shape, np.float32), jax.ShapeDtypeStruct((fh, fw, c, k), np.float32), (1, 1),
+        ((pads[0], pads[1]), (pads[2], pads[3])), dimension_numbers=DN, options=winrs_jax.PlannerOptions(segments=6),
+    )  # fmt: skip
+    # Worst element relative to max |dW|, as in test_numerics.py: alpha-16 transforms lose more.
+    bound = 5e-4 if max(v.alpha_class for v in plan.kernels) == 16 else 2e-5
     assert np.abs(gpu - ref).max() <= bound * np.abs(ref).max()
     assert np.abs(cpu - ref).max() <= bound * np.abs(ref).max()
 
