@@ -16,15 +16,17 @@ for stage in "$@"; do
       (cd tests && python3 -m pytest -q -m gpu -x 2>&1 | tee "$OUT/gpu-tests.log" | tail -15)
       (cd tests && python3 -m pytest -q -x 2>&1 | tee "$OUT/all-tests.log" | tail -5) ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        # Platform allocator: one allocation per buffer, so memcheck sees out-of-bounds accesses. No command
-        # buffers: the platform allocator cannot free memory while XLA captures a CUDA graph.
-        XLA_FLAGS=--xla_gpu_enable_command_buffer= XLA_PYTHON_CLIENT_ALLOCATOR=platform compute-sanitizer --tool "$tool" --kernel-name kns=omega \
-          python3 tools/sanitize_variants.py >"$OUT/sanitizer-$tool.log" 2>&1
-        grep -E "ok|ERROR SUMMARY" "$OUT/sanitizer-$tool.log" | tail -4
+      # The kernels alone, outside XLA, with exact-size allocations (tools/kernel_check.cu).
+      nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -lineinfo -Icpp tools/kernel_check.cu \
+        cpp/cuda/dispatch.cu cpp/cuda/omega_alpha*.cu cpp/winrs/plan.cc cpp/cpu/backward_filter.cc \
+        -o /tmp/kernel_check || exit 1
+      /tmp/kernel_check | tee "$OUT/kernel-check.log" | tail -2
+      for tool in memcheck racecheck synccheck; do
+        compute-sanitizer --tool "$tool" /tmp/kernel_check >"$OUT/sanitizer-$tool.log" 2>&1
+        grep -E "ERROR SUMMARY|failures|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log"
       done ;;
     bench)
-      python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
-        2>"$OUT/bench-stderr.log" | tee "$OUT/bench.txt"; tail -3 "$OUT/bench-stderr.log" ;;
+      (cd /tmp && python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
+        2>"$OUT/bench-stderr.log" | tee "$OUT/bench.txt"); tail -3 "$OUT/bench-stderr.log" ;;
   esac
 done
