@@ -31,7 +31,7 @@ int main() {
   for (int v = 0; v < winrs::kNumVariants; ++v) {
     const winrs::Variant& var = winrs::kVariants[v];
     // Odd channel counts, both height and width padding, two kernels (v and the direct one), several buckets.
-    winrs::Problem p{2, 7, 0, 37, 0, 0, 21, 3, var.n, 1, 1, 1, 0};
+    winrs::Problem p{2, 7, 0, 37, 0, 0, 21, 3, var.n == 1 ? 3 : var.n, 1, 1, 1, 0};
     p.out_w = 2 * var.r + 1;
     p.in_w = p.out_w + p.filter_w - 1 - p.pad_left - p.pad_right;
     p.out_h = p.in_h + p.pad_top + p.pad_bottom - p.filter_h + 1;
