@@ -28,5 +28,14 @@ for stage in "$@"; do
     bench)
       (cd /tmp && python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
         2>"$OUT/bench-stderr.log" | tee "$OUT/bench.txt"); tail -3 "$OUT/bench-stderr.log" ;;
+    profile)
+      for layer in ${PROFILE_LAYERS:-32:56:256:3 32:32:256:5}; do
+        (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+          --section LaunchStats --section MemoryWorkloadAnalysis \
+          python3 "$OLDPWD/tools/profile_layer.py" "$layer") >"$OUT/ncu-${layer//:/-}.txt" 2>&1
+        grep -E "Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" \
+          "$OUT/ncu-${layer//:/-}.txt" | head -20
+      done ;;
   esac
 done
