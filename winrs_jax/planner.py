@@ -32,6 +32,7 @@ class Variant:
     block_oc: int
     block_ic: int
     gemm_efficiency: float
+    blocks_per_sm: int
 
     @property
     def name(self) -> str:

@@ -1,6 +1,6 @@
 // XLA FFI handler "winrs_backward_filter" for platform "CUDA": the two Omega kernels of the pair over their
-// segments, then the bucket reduction, all on XLA's stream. No allocation (the workspace is an output buffer of
-// the call) and no synchronisation, so XLA may capture it in a CUDA graph.
+// segments, then the bucket reduction, all on XLA's stream. No allocation (the workspace is an output buffer
+// of the call) and no synchronisation, so XLA may capture it in a CUDA graph.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,8 +40,13 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
                   variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
 
-  cuda::OmegaArgs args{input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(),
-                       workspace->typed_data(), launch.problem, launch.grid, 0};
+  cuda::OmegaArgs args{input.typed_data(),
+                       out_grad.typed_data(),
+                       filter_grad->typed_data(),
+                       workspace->typed_data(),
+                       launch.problem,
+                       launch.grid,
+                       0};
   if (cudaError_t e = cuda::launch_omega(launch.variant0, args, stream); e != cudaSuccess)
     return cuda_error("kernel 0 launch", e);
   if (launch.grid.width0 < launch.grid.out_w) {
@@ -62,12 +67,12 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
 }  // namespace
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
-                              winrs::ffi_glue::bind_plan_attributes(
-                                  ffi::Ffi::Bind()
-                                      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                      .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                      .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                      .Ret<ffi::Buffer<ffi::F32, 4>>()
-                                      .Ret<ffi::Buffer<ffi::F32, 1>>()),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
+    winrs::ffi_glue::bind_plan_attributes(ffi::Ffi::Bind()
+                                              .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                              .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                              .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                              .Ret<ffi::Buffer<ffi::F32, 4>>()
+                                              .Ret<ffi::Buffer<ffi::F32, 1>>()),
+    {ffi::Traits::kCmdBufferCompatible});

@@ -1,9 +1,9 @@
 // The fused WinRS kernel Omega_alpha(n, r) for FP32 CUDA cores (paper section 5, Algorithm 3), one template
-// for all 13 variants. A block owns one segment, one filter row fh, one filter-gradient tile (n columns), and a
-// B_N x B_M block of output x input channels. Its main loop walks the segment's units (dimension reduction and
-// filter split), 8 per step: filter transform of dY units and input transform of X tiles into double-buffered
-// shared memory, then an alpha-batched B_N x B_M x 8 GEMM into registers. The output transform runs after the
-// loop, in R rounds through shared memory, and writes the segment's bucket.
+// for all 13 variants. A block owns one segment, one filter row fh, one filter-gradient tile (n columns), and
+// a B_N x B_M block of output x input channels. Its main loop walks the segment's units (dimension reduction
+// and filter split), 8 per step: filter transform of dY units and input transform of X tiles into
+// double-buffered shared memory, then an alpha-batched B_N x B_M x 8 GEMM into registers. The output
+// transform runs after the loop, in R rounds through shared memory, and writes the segment's bucket.
 //
 // Preconditions (checked by winrs::validate_plan and the FFI handler): a consistent problem and grid, fewer
 // than 2^31 elements per tensor. Channel counts need no alignment: loads are scalar and predicated, coalesced
@@ -22,6 +22,28 @@ namespace winrs::cuda {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kUnitsPerStep = 8;  // the "8" of the B_N x B_M x 8 cache block
+
+// Position of one unit in a block's walk over its segment: batch fastest, then unit column, then row, so that
+// a step of 8 units mostly differs in the image only.
+struct UnitCursor {
+  int image, col, row;  // row counts from the first unclipped row
+
+  __device__ void start(int unit, int batch, int units_per_row) {
+    image = unit % batch;
+    col = (unit / batch) % units_per_row;
+    row = (unit / batch) / units_per_row;
+  }
+  __device__ void advance(int units, int batch, int units_per_row) {
+    image += units;
+    while (image >= batch) {
+      image -= batch;
+      if (++col == units_per_row) {
+        col = 0;
+        ++row;
+      }
+    }
+  }
+};
 
 template <int V>
 struct OmegaConfig {
@@ -60,7 +82,7 @@ struct OmegaConfig {
 };
 
 template <int V>
-__global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
+__global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_kernel(OmegaArgs args) {
   using C = OmegaConfig<V>;
   using Tile = typename C::Tile;
   constexpr int alpha = C::alpha, n = C::n, r = C::r, BN = C::block_oc, BM = C::block_ic;
@@ -86,9 +108,8 @@ __global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
   const int local_segment = block / filter_h;
   const SegmentGrid& grid = args.grid;
   const int primary_cols = grid.primary_cols();
-  const int z = args.kernel == 0
-                    ? (local_segment / primary_cols) * grid.cols() + local_segment % primary_cols
-                    : local_segment * grid.cols() + primary_cols;
+  const int z = args.kernel == 0 ? (local_segment / primary_cols) * grid.cols() + local_segment % primary_cols
+                                 : local_segment * grid.cols() + primary_cols;
   const Segment seg = grid.segment(z);
   float* bucket = z == 0 ? args.filter_grad : args.workspace + (long long)(z - 1) * p.filter_elems();
 
@@ -96,39 +117,50 @@ __global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
   const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, pad_top, in_h);
   const int units_per_row = (seg.w_end - seg.w_begin) / r;
   const int units_per_image = (rows.end - rows.begin) * units_per_row;
-  const int units = int(p.batch) * units_per_image;
+  const int batch = int(p.batch);
+  const int units = batch * units_per_image;
   const int steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
 
   const int tid = threadIdx.x;
   float filter_regs[C::filter_pairs][r];
   float input_regs[C::input_pairs][alpha];
 
-  // Global -> registers for step s (fetch_data, Algorithm 3 lines 2 and 4).
-  auto load = [&](int s) {
+  // Global -> registers for the next step (fetch_data, Algorithm 3 lines 2 and 4). Each (unit, channel) pair
+  // keeps a cursor on its unit, so the loop does no integer division.
+  UnitCursor filter_units[C::filter_pairs], input_units[C::input_pairs];
+#pragma unroll
+  for (int q = 0; q < C::filter_pairs; ++q)
+    filter_units[q].start((tid + q * kThreads) / BN, batch, units_per_row);
+#pragma unroll
+  for (int q = 0; q < C::input_pairs; ++q)
+    input_units[q].start((tid + q * kThreads) / BM, batch, units_per_row);
+  const int unit_rows = rows.end - rows.begin;
+
+  auto load = [&] {
 #pragma unroll
     for (int q = 0; q < C::filter_pairs; ++q) {
-      const int idx = tid + q * kThreads, k = idx / BN, oc = oc0 + idx % BN, u = s * kUnitsPerStep + k;
-      const bool valid = u < units && oc < out_c;
-      const int image = valid ? u / units_per_image : 0, within = valid ? u % units_per_image : 0;
-      const int oh = rows.begin + within / units_per_row;
-      const int w0 = seg.w_begin + (within % units_per_row) * r;
-      const float* src = args.out_grad + ((image * out_h + oh) * out_w + w0) * out_c + oc;
+      UnitCursor& u = filter_units[q];
+      const int oc = oc0 + (tid + q * kThreads) % BN;
+      const bool valid = u.row < unit_rows && oc < out_c;
+      const int oh = rows.begin + u.row, w0 = seg.w_begin + u.col * r;
+      const float* src = args.out_grad + ((u.image * out_h + oh) * out_w + w0) * out_c + oc;
 #pragma unroll
       for (int e = 0; e < r; ++e) filter_regs[q][e] = valid ? __ldg(src + e * out_c) : 0.0f;
+      u.advance(kUnitsPerStep, batch, units_per_row);
     }
 #pragma unroll
     for (int q = 0; q < C::input_pairs; ++q) {
-      const int idx = tid + q * kThreads, k = idx / BM, ic = ic0 + idx % BM, u = s * kUnitsPerStep + k;
-      const bool valid = u < units && ic < in_c;
-      const int image = valid ? u / units_per_image : 0, within = valid ? u % units_per_image : 0;
-      const int oh = rows.begin + within / units_per_row;
-      const int w0 = seg.w_begin + (within % units_per_row) * r;
-      const float* src = args.input + ((image * in_h + oh + fh - pad_top) * in_w) * in_c + ic;
+      UnitCursor& u = input_units[q];
+      const int ic = ic0 + (tid + q * kThreads) % BM;
+      const bool valid = u.row < unit_rows && ic < in_c;
+      const int oh = rows.begin + u.row, w0 = seg.w_begin + u.col * r;
+      const float* src = args.input + ((u.image * in_h + oh + fh - pad_top) * in_w) * in_c + ic;
 #pragma unroll
       for (int e = 0; e < alpha; ++e) {
         const int col = input_column(w0, f0, e, pad_left);
         input_regs[q][e] = (valid && column_in_bounds(col, in_w)) ? __ldg(src + col * in_c) : 0.0f;
       }
+      u.advance(kUnitsPerStep, batch, units_per_row);
     }
   };
 
@@ -165,7 +197,8 @@ __global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
 
   auto gemm = [&](int buffer) {
     const float* gs = smem + buffer * C::stage + slice * kUnitsPerStep * BN + ty * C::thread_oc;
-    const float* ds = smem + buffer * C::stage + C::filter_stage + slice * kUnitsPerStep * BM + tx * C::thread_ic;
+    const float* ds =
+        smem + buffer * C::stage + C::filter_stage + slice * kUnitsPerStep * BM + tx * C::thread_ic;
 #pragma unroll
     for (int k = 0; k < kUnitsPerStep; ++k) {
       float a[C::thread_oc], b[C::thread_ic];
@@ -184,12 +217,12 @@ __global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
 
   // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM.
   if (steps > 0) {
-    load(0);
+    load();
     store(0);
   }
   __syncthreads();
   for (int s = 0; s < steps; ++s) {
-    if (s + 1 < steps) load(s + 1);
+    if (s + 1 < steps) load();
     gemm(s & 1);
     if (s + 1 < steps) store((s + 1) & 1);
     __syncthreads();
@@ -209,7 +242,8 @@ __global__ void __launch_bounds__(kThreads) omega_kernel(OmegaArgs args) {
     __syncthreads();
     for (int e = tid; e < round_rows * BM; e += kThreads) {
       const int row = e / BM, col = e % BM;
-      const int oc = oc0 + (row / rows_per_round) * C::thread_oc + round * rows_per_round + row % rows_per_round;
+      const int oc =
+          oc0 + (row / rows_per_round) * C::thread_oc + round * rows_per_round + row % rows_per_round;
       const int ic = ic0 + col;
       if (oc >= out_c || ic >= in_c) continue;
       float m[alpha], y[n];
@@ -229,11 +263,16 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
   const long long segments =
       (long long)args.grid.seg_rows * (args.kernel == 0 ? args.grid.primary_cols() : 1);
-  const long long blocks = segments * p.filter_h * (p.filter_w / C::n) * ((p.out_c + C::block_oc - 1) / C::block_oc) *
+  const long long blocks = segments * p.filter_h * (p.filter_w / C::n) *
+                           ((p.out_c + C::block_oc - 1) / C::block_oc) *
                            ((p.in_c + C::block_ic - 1) / C::block_ic);
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = cudaFuncSetAttribute(omega_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(C::smem_bytes));
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaFuncSetAttribute(omega_kernel<V>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
       e != cudaSuccess)
     return e;
   omega_kernel<V><<<unsigned(blocks), kThreads, C::smem_bytes, stream>>>(args);

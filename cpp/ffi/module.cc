@@ -85,6 +85,7 @@ NB_MODULE(_winrs, m) {
       d["block_oc"] = v.block_oc;
       d["block_ic"] = v.block_ic;
       d["gemm_efficiency"] = v.gemm_efficiency;
+      d["blocks_per_sm"] = v.blocks_per_sm;
       out.append(d);
     }
     return out;

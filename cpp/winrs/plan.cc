@@ -11,6 +11,9 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Waves of resident blocks Algorithm 1 aims for (line 4).
+constexpr double kWaves = 4;
+
 bool has_winograd_divisor(int64_t filter_w) {
   for (int d = 2; d <= 9; ++d)
     if (filter_w % d == 0) return true;
@@ -114,10 +117,8 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   const double data = double(p.input_elems() + p.grad_elems() + p.filter_elems());
   const double z_max = 1 + std::floor(0.5 * data / double(p.filter_elems()));
   if (z < 2 && b2 >= b2_hat) return 1;  // line 3
-  // Line 4: resident blocks per SM needed to hide latency grow with the kernel's computation intensity.
-  const double rho = 2.0 * v.block_oc * v.block_ic / (v.block_oc * v.r + v.block_ic * v.alpha());
-  const double k = std::clamp(std::round(rho / 4), 1.0, 8.0);
-  const double z1 = std::ceil(k * sm / b2);
+  // Line 4: enough blocks for several waves of resident blocks, so that the last partial wave costs little.
+  const double z1 = std::ceil(kWaves * sm * v.blocks_per_sm / b2);
   // Line 5: at least 64 MFLOP of direct-convolution work per segment.
   const double z2 = std::max(1.0, std::floor(p.direct_flops() / (64.0 * 1024 * 1024)));
   // Line 6, with at least 512 output-gradient positions per segment.

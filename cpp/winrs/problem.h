@@ -18,7 +18,9 @@ struct Problem {
   WINRS_HD int64_t grad_elems() const { return batch * out_h * out_w * out_c; }
   WINRS_HD int64_t filter_elems() const { return out_c * filter_h * filter_w * in_c; }
   // Direct-convolution FLOPs, the convention of the paper's section 6.2 and of the baselines.
-  WINRS_HD double direct_flops() const { return 2.0 * batch * out_h * out_w * out_c * filter_h * filter_w * in_c; }
+  WINRS_HD double direct_flops() const {
+    return 2.0 * batch * out_h * out_w * out_c * filter_h * filter_w * in_c;
+  }
 };
 
 }  // namespace winrs

@@ -14,6 +14,8 @@ struct Variant {
   // Relative throughput of the kernel's batched GEMM (fraction of FP32 peak), used by the kernel-pair choice
   // of section 4.1. Placeholders derived from the paper's cache-block sizes until measured on H100.
   double gemm_efficiency;
+  // Resident blocks per SM the CUDA kernel is compiled for (registers are capped to fit them).
+  int blocks_per_sm;
 
   constexpr int alpha() const { return n + r - 1; }
   // The paper's alpha class (2, 4, 8 or 16). It labels the direct-convolution kernel Omega_2(1, 1), whose
@@ -32,22 +34,22 @@ inline constexpr int kNumVariants = 13;
 
 inline constexpr Variant kVariants[kNumVariants] = {
     // direct convolution
-    {1, 1, 128, 128, 0.80},
+    {1, 1, 128, 128, 0.80, 2},
     // alpha = 4
-    {2, 3, 64, 64, 0.75},
-    {3, 2, 64, 64, 0.75},
+    {2, 3, 64, 64, 0.75, 2},
+    {3, 2, 64, 64, 0.75, 2},
     // alpha = 8
-    {3, 6, 64, 32, 0.70},
-    {6, 3, 64, 32, 0.70},
-    {4, 5, 64, 32, 0.70},
-    {5, 4, 64, 32, 0.70},
-    {7, 2, 64, 32, 0.70},
+    {3, 6, 64, 32, 0.70, 2},
+    {6, 3, 64, 32, 0.70, 2},
+    {4, 5, 64, 32, 0.70, 2},
+    {5, 4, 64, 32, 0.70, 2},
+    {7, 2, 64, 32, 0.70, 2},
     // alpha = 16
-    {5, 12, 64, 32, 0.55},
-    {6, 11, 64, 32, 0.55},
-    {7, 10, 64, 32, 0.55},
-    {8, 9, 64, 32, 0.55},
-    {9, 8, 64, 32, 0.55},
+    {5, 12, 64, 32, 0.55, 1},
+    {6, 11, 64, 32, 0.55, 1},
+    {7, 10, 64, 32, 0.55, 1},
+    {8, 9, 64, 32, 0.55, 1},
+    {9, 8, 64, 32, 0.55, 1},
 };
 
 inline constexpr int kMaxAlpha = 16;
