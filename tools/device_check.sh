@@ -28,11 +28,15 @@ for stage in "$@"; do
     bench)
       (cd /tmp && python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
         2>"$OUT/bench-stderr.log" | tee "$OUT/bench.txt"); tail -3 "$OUT/bench-stderr.log" ;;
+    tune)
+      (cd /tmp && python3 "$OLDPWD/tools/tune.py" variants && python3 "$OLDPWD/tools/tune.py" segments) \
+        2>&1 | tee "$OUT/tune.jsonl" ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 32:32:256:5}; do
         (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-          --section LaunchStats --section MemoryWorkloadAnalysis \
+          --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
+          --section ComputeWorkloadAnalysis --metrics smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_wait \
           python3 "$OLDPWD/tools/profile_layer.py" "$layer") >"$OUT/ncu-${layer//:/-}.txt" 2>&1
         grep -E "Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" \
           "$OUT/ncu-${layer//:/-}.txt" | head -20

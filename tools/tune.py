@@ -1,0 +1,70 @@
+"""Measurements that set the planner's constants on a GPU (run from outside the source tree).
+
+python tools/tune.py variants   # throughput of each kernel alone -> Variant::gemm_efficiency
+python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
+"""
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import winrs_jax
+from winrs_jax.bench.suite import time_ms
+
+DN = ("NHWC", "HWIO", "NHWC")
+FP32_PEAK_TFLOPS = 66.9  # H100 SXM: 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz
+
+
+def run(n, h, w, c, fh, fw, pads, **options):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.random((n, h, w, c)), jnp.float32)
+    out_h, out_w = h + pads[0][0] + pads[0][1] - fh + 1, w + pads[1][0] + pads[1][1] - fw + 1
+    dy = jnp.asarray(rng.random((n, out_h, out_w, c)), jnp.float32)
+    opts = winrs_jax.PlannerOptions(**options)
+    rhs = jax.ShapeDtypeStruct((fh, fw, c, c), jnp.float32)
+    plan = winrs_jax.plan(x, rhs, (1, 1), pads, dimension_numbers=DN, options=opts)
+    fn = jax.jit(
+        lambda x, dy: winrs_jax.conv_backward_filter(
+            x, dy, rhs.shape, (1, 1), pads, dimension_numbers=DN, options=opts
+        )
+    )
+    ms = time_ms(lambda: fn(x, dy), 5, 10)
+    flops = 2.0 * n * out_h * out_w * c * fh * fw * c
+    return plan, ms, flops
+
+
+def variants() -> None:
+    for v in winrs_jax.variants():
+        fw = 3 if v.n == 1 else v.n
+        out_w = v.r * max(1, 48 // v.r)
+        plan, ms, flops = run(
+            32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), kernels=(v.index, v.index)
+        )
+        effective = flops / ms / 1e9
+        efficiency = effective / v.n / v.r * v.alpha / FP32_PEAK_TFLOPS
+        print(json.dumps(dict(variant=v.name, ms=round(ms, 4), effective_tflops=round(effective, 1),
+                              gemm_efficiency=round(efficiency, 3), segments=plan.segments)))  # fmt: skip
+
+
+def segments() -> None:
+    for n, h, c, r in (
+        (32, 56, 256, 3),
+        (32, 32, 256, 5),
+        (32, 16, 512, 7),
+        (32, 128, 64, 9),
+        (32, 14, 1024, 3),
+    ):
+        pads = ((r // 2, r // 2), (r // 2, r // 2))
+        base, _, _ = run(n, h, h, c, r, r, pads)
+        for factor in (0.5, 1, 2, 4):
+            z = max(1, round(base.baseline_segments * factor))
+            plan, ms, flops = run(n, h, h, c, r, r, pads, segments=z)
+            print(json.dumps(dict(layer=f"{r}x{r} {n}:{h}:{c}", z_hat=z, segments=plan.segments, ms=round(ms, 4),
+                                  default=factor == 1)))  # fmt: skip
+
+
+if __name__ == "__main__":
+    {"variants": variants, "segments": segments}[sys.argv[1]]()
