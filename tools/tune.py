@@ -18,7 +18,12 @@ DN = ("NHWC", "HWIO", "NHWC")
 FP32_PEAK_TFLOPS = 66.9  # H100 SXM: 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz
 
 
-def run(n, h, w, c, fh, fw, pads, **options):
+Pads = tuple[tuple[int, int], tuple[int, int]]
+
+
+def run(
+    n: int, h: int, w: int, c: int, fh: int, fw: int, pads: Pads, **options: object
+) -> tuple[winrs_jax.Plan, float, float]:
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((n, h, w, c)), jnp.float32)
     out_h, out_w = h + pads[0][0] + pads[0][1] - fh + 1, w + pads[1][0] + pads[1][1] - fw + 1
