@@ -57,9 +57,7 @@ def _attributes(**overrides):
     return attrs
 
 
-def _call(
-    workspace_elems=4 * 3 * 3 * 4, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), **attrs
-):
+def _call(workspace_elems=0, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), **attrs):
     x, dy = jnp.ones(x_shape), jnp.ones(dy_shape)
     return _ffi.backward_filter_call(x, dy, dw_shape, workspace_elems, _attributes(**attrs))
 
@@ -84,7 +82,7 @@ def test_handler_accepts_a_consistent_plan():
         (dict(pad_top=2), "height does not match"),
         (dict(pad_left=-1, pad_right=3), "padding must be >= 0"),
         (dict(workspace_elems=3), "workspace size"),
-        (dict(dw_shape=(4, 3, 3, 5), workspace_elems=4 * 9 * 5), "different input channels"),
+        (dict(dw_shape=(4, 3, 3, 5)), "different input channels"),
         (dict(dy_shape=(3, 8, 8, 4)), "different batch sizes"),
     ],
 )

@@ -56,13 +56,18 @@ def test_plan_properties(shape, segments):
     assert len(segs) == plan.segments
     # Segments tile dY exactly: disjoint and covering.
     cover = np.zeros((out_h, out_w), int)
-    for h0, h1, w0, w1, kernel in segs:
+    buckets = set()
+    for h0, h1, w0, w1, kernel, bucket in segs:
+        buckets.add(bucket)
         assert h1 > h0 and w1 > w0
         cover[h0:h1, w0:w1] += 1
         r = (v0 if kernel == 0 else v1).r
         assert (w1 - w0) % r == 0
         assert (kernel == 0) == (w1 <= plan.width0)
     assert (cover == 1).all()
+    # Kernel 0's segments own one bucket each; the residual column shares them.
+    assert buckets == set(range(plan.buckets))
+    assert plan.buckets == sum(1 for s in segs if s[4] == 0)
     assert plan.segment_shape[1] % v0.r == 0
     # Z within its bounds: at least 1; Algorithm 2 never exceeds H_max x W_max segments plus the residual column.
     pad_h = max(fh // 2, 1)
@@ -72,7 +77,7 @@ def test_plan_properties(shape, segments):
     if segments is None:
         data = n * hw * hw * c + n * out_h * out_w * c + c * fh * fw * c
         assert plan.baseline_segments <= 1 + 0.5 * data / (c * fh * fw * c)
-    assert plan.workspace_elems == (plan.segments - 1) * c * fh * fw * c
+    assert plan.workspace_elems == (plan.buckets - 1) * c * fh * fw * c
     assert plan.workspace_bytes == 4 * plan.workspace_elems
 
 

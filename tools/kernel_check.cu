@@ -62,9 +62,9 @@ int main() {
       args.kernel = 1;
       ok = ok && check(winrs::cuda::launch_omega(plan.variant1, args, 0), "kernel 1");
     }
-    if (plan.segments > 1)
+    if (plan.buckets > 1)
       ok = ok &&
-           check(winrs::cuda::launch_bucket_reduction(ddw, dws, dw_elems, int(plan.segments), 0), "reduce");
+           check(winrs::cuda::launch_bucket_reduction(ddw, dws, dw_elems, int(plan.buckets), 0), "reduce");
     ok = ok && check(cudaDeviceSynchronize(), "sync");
     std::vector<float> gpu(dw_elems), cpu(dw_elems), cpu_ws(ws_elems);
     ok = ok && check(cudaMemcpy(gpu.data(), ddw, dw_elems * 4, cudaMemcpyDeviceToHost), "copy back");

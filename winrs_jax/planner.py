@@ -76,6 +76,7 @@ class Plan:
     variant1: int = -1
     width0: int = 0
     segments: int = 0
+    buckets: int = 0
     baseline_segments: float = 0.0
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
@@ -121,7 +122,8 @@ class Plan:
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
             f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
-            f"  workspace  {self.workspace_bytes} bytes ((Z-1) x |dW| float32)",
+            f"  workspace  {self.workspace_bytes} bytes ({self.buckets} buckets of |dW| float32, the first is dW; "
+            "residual segments add into their row's first bucket)",
         ]
         return "\n".join(lines)
 
@@ -200,6 +202,7 @@ def make_plan(
         variant1=raw["variant1"],
         width0=raw["width0"],
         segments=raw["segments"],
+        buckets=raw["buckets"],
         baseline_segments=raw["baseline_segments"],
         segment_rows=raw["seg_rows"],
         segment_shape=(raw["seg_h"], raw["seg_w"]),

@@ -33,6 +33,7 @@ struct ItemContext {
   const Buffers* b;
   Segment seg;
   float* bucket;
+  bool accumulate;  // kernel 1 adds into the bucket kernel 0 wrote (segments.h)
 };
 
 // M[oc][ic] += sum_k Wt[k][oc] * Xt[k][ic] for one alpha slice of the batched GEMM (Algorithm 3, line 10).
@@ -124,7 +125,8 @@ void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64
       Tile::output(acc, y);
       for (int j = 0; j < n; ++j) {
         float* dst = c.bucket + (((oc0 + oc) * p.filter_h + fh) * p.filter_w + f0 + j) * p.in_c + ic0 + ic;
-        std::copy_n(y[j].v, std::min(kLanes, nic - ic), dst);
+        for (int l = 0; l < std::min(kLanes, nic - ic); ++l)
+          dst[l] = c.accumulate ? dst[l] + y[j].v[l] : y[j].v[l];
       }
     }
   }
@@ -144,35 +146,37 @@ void backward_filter(const Problem& p, int variant0, int variant1, const Segment
                      const ParallelFor& parallel_for) {
   const int64_t oc_blocks = ceil_div(p.out_c, kBlockOc), ic_blocks = ceil_div(p.in_c, kBlockIc);
   const int64_t bucket_elems = p.filter_elems();
-  const int64_t segments = grid.count();
 
-  // Work items of every segment, laid end to end: segment z owns items [first_item[z], first_item[z + 1]).
-  std::vector<int64_t> first_item(size_t(segments) + 1, 0);
-  for (int64_t z = 0; z < segments; ++z) {
-    const Variant& v = kVariants[grid.segment(int(z)).kernel == 0 ? variant0 : variant1];
-    first_item[z + 1] = first_item[z] + p.filter_h * (p.filter_w / v.n) * oc_blocks * ic_blocks;
+  // Kernel 0's segments write their buckets; then kernel 1's segments add into theirs (segments.h), in the
+  // same order as the two GPU launches.
+  for (int kernel = 0; kernel < 2; ++kernel) {
+    const int variant = kernel == 0 ? variant0 : variant1;
+    std::vector<int> segments;
+    for (int z = 0; z < grid.count(); ++z)
+      if (grid.segment(z).kernel == kernel) segments.push_back(z);
+    const int64_t tiles = p.filter_w / kVariants[variant].n;
+    const int64_t items_per_segment = p.filter_h * tiles * oc_blocks * ic_blocks;
+    parallel_for(int64_t(segments.size()) * items_per_segment, [&](int64_t item) {
+      const int z = segments[size_t(item / items_per_segment)];
+      const int bucket = grid.bucket(z);
+      ItemContext c{&p, &b, grid.segment(z),
+                    bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems, kernel == 1};
+      int64_t local = item % items_per_segment;
+      const int64_t icb = local % ic_blocks;
+      local /= ic_blocks;
+      const int64_t ocb = local % oc_blocks;
+      local /= oc_blocks;
+      kItemFns[variant](c, local / tiles, local % tiles, ocb * kBlockOc, icb * kBlockIc);
+    });
   }
 
-  parallel_for(first_item[segments], [&](int64_t item) {
-    const int64_t z = std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin() - 1;
-    ItemContext c{&p, &b, grid.segment(int(z)),
-                  z == 0 ? b.filter_grad : b.workspace + (z - 1) * bucket_elems};
-    const int variant = c.seg.kernel == 0 ? variant0 : variant1;
-    int64_t local = item - first_item[z];
-    const int64_t icb = local % ic_blocks;
-    local /= ic_blocks;
-    const int64_t ocb = local % oc_blocks;
-    local /= oc_blocks;
-    const int64_t tiles = p.filter_w / kVariants[variant].n;
-    kItemFns[variant](c, local / tiles, local % tiles, ocb * kBlockOc, icb * kBlockIc);
-  });
-
-  if (segments > 1) {
+  const int buckets = grid.buckets();
+  if (buckets > 1) {
     constexpr int64_t kChunk = 4096;
     parallel_for(ceil_div(bucket_elems, kChunk), [&](int64_t chunk) {
       const int64_t end = std::min(bucket_elems, (chunk + 1) * kChunk);
       for (int64_t e = chunk * kChunk; e < end; ++e)
-        b.filter_grad[e] = kahan_bucket_sum(b.filter_grad, b.workspace, bucket_elems, segments, e);
+        b.filter_grad[e] = kahan_bucket_sum(b.filter_grad, b.workspace, bucket_elems, buckets, e);
     });
   }
 }

@@ -54,10 +54,10 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
     if (cudaError_t e = cuda::launch_omega(launch.variant1, args, stream); e != cudaSuccess)
       return cuda_error("kernel 1 launch", e);
   }
-  const int segments = launch.grid.count();
-  if (segments > 1) {
+  const int buckets = launch.grid.buckets();
+  if (buckets > 1) {
     if (cudaError_t e = cuda::launch_bucket_reduction(args.filter_grad, args.workspace,
-                                                      launch.problem.filter_elems(), segments, stream);
+                                                      launch.problem.filter_elems(), buckets, stream);
         e != cudaSuccess)
       return cuda_error("bucket reduction launch", e);
   }

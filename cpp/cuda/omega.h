@@ -15,7 +15,7 @@ struct OmegaArgs {
   float* workspace;       // buckets 1..Z-1
   Problem problem;
   SegmentGrid grid;
-  int kernel;  // 0: the primary columns of the grid, 1: the residual column
+  int kernel;  // 0: the primary columns of the grid, 1: the residual column (accumulates, see segments.h)
 };
 
 // Launches Omega_alpha(n, r) of `variant` over the segments of one kernel of the pair. Defined per alpha

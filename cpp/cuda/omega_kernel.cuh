@@ -111,7 +111,10 @@ __global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_ke
   const int z = args.kernel == 0 ? (local_segment / primary_cols) * grid.cols() + local_segment % primary_cols
                                  : local_segment * grid.cols() + primary_cols;
   const Segment seg = grid.segment(z);
-  float* bucket = z == 0 ? args.filter_grad : args.workspace + (long long)(z - 1) * p.filter_elems();
+  const int bucket_index = grid.bucket(z);
+  float* bucket = bucket_index == 0 ? args.filter_grad
+                                    : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
+  const bool accumulate = args.kernel == 1;
 
   const int oc0 = ocb * BN, ic0 = icb * BM, f0 = tile * n;
   const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, pad_top, in_h);
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_ke
       Tile::output(m, y);
       float* dst = bucket + ((oc * filter_h + fh) * filter_w + f0) * in_c + ic;
 #pragma unroll
-      for (int j = 0; j < n; ++j) dst[j * in_c] = y[j];
+      for (int j = 0; j < n; ++j) dst[j * in_c] = accumulate ? dst[j * in_c] + y[j] : y[j];
     }
   }
 }

@@ -30,8 +30,8 @@ std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4],
   launch->grid = SegmentGrid{int(p.out_h), int(p.out_w), int(seg_rows), int(seg_h), int(seg_w), int(width0)};
   if (std::string error = validate_plan(p, launch->variant0, launch->variant1, launch->grid); !error.empty())
     return error;
-  if (workspace_elems != (launch->grid.count() - 1) * p.filter_elems())
-    return "workspace size does not match (segments - 1) x filter size";
+  if (workspace_elems != (launch->grid.buckets() - 1) * p.filter_elems())
+    return "workspace size does not match (buckets - 1) x filter size";
   return {};
 }
 

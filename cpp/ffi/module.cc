@@ -122,6 +122,7 @@ NB_MODULE(_winrs, m) {
         d["variant0"] = plan.variant0;
         d["variant1"] = plan.variant1;
         d["segments"] = plan.segments;
+        d["buckets"] = plan.buckets;
         d["seg_rows"] = plan.grid.seg_rows;
         d["seg_h"] = plan.grid.seg_h;
         d["seg_w"] = plan.grid.seg_w;
@@ -143,7 +144,7 @@ NB_MODULE(_winrs, m) {
     nb::list out;
     for (int z = 0; z < g.count(); ++z) {
       const winrs::Segment s = g.segment(z);
-      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel));
+      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel, g.bucket(z)));
     }
     return out;
   });

@@ -23,7 +23,8 @@ struct Plan {
   int variant0 = -1, variant1 = -1;
   SegmentGrid grid{};
   int64_t segments = 0;          // Z
-  int64_t workspace_elems = 0;   // (Z - 1) x |dW|, float32
+  int64_t buckets = 0;           // segments of kernel 0; kernel 1 accumulates into them (segments.h)
+  int64_t workspace_elems = 0;   // (buckets - 1) x |dW|, float32
   double baseline_segments = 0;  // Z^ after Algorithm 1 (or the forced value)
 };
 

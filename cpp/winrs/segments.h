@@ -3,7 +3,12 @@
 // Rows: seg_rows bands of seg_h rows; the bottom band also takes the remaining O_H - seg_rows * seg_h rows.
 // Columns: the primary region [0, width0) is cut into columns of seg_w (a multiple of r0; the last one may be
 // narrower, still a multiple of r0) and runs kernel 0; the residual region [width0, O_W), a multiple of r1,
-// forms one more column running kernel 1. Segment z writes bucket z of the (Z x |dW|) bucket array.
+// forms one more column running kernel 1.
+//
+// Buckets: each primary segment writes its own bucket (row * primary_cols + col); the residual segment of a
+// row adds its result into the bucket of that row's first segment after kernel 0 has finished (the kernels
+// run in order on one stream), so the residual column needs no workspace of its own. This departs from the
+// paper's one bucket per segment and saves seg_rows x |dW| of workspace.
 #pragma once
 
 #include "config.h"
@@ -23,6 +28,12 @@ struct SegmentGrid {
   WINRS_HD int primary_cols() const { return (width0 + seg_w - 1) / seg_w; }
   WINRS_HD int cols() const { return primary_cols() + (width0 < out_w ? 1 : 0); }
   WINRS_HD int count() const { return seg_rows * cols(); }
+  WINRS_HD int buckets() const { return seg_rows * primary_cols(); }
+  // Bucket written by segment z; segments of kernel 1 accumulate into it instead of overwriting.
+  WINRS_HD int bucket(int z) const {
+    const int row = z / cols(), col = z % cols();
+    return row * primary_cols() + (col < primary_cols() ? col : 0);
+  }
 
   WINRS_HD Segment segment(int z) const {
     const int row = z / cols(), col = z % cols();

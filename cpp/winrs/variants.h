@@ -11,8 +11,9 @@ struct Variant {
   // FP32 CUDA-core cache block B_N x B_M (paper footnote 3): output channels x input channels per block.
   int block_oc;
   int block_ic;
-  // Relative throughput of the kernel's batched GEMM (fraction of FP32 peak), used by the kernel-pair choice
-  // of section 4.1. Placeholders derived from the paper's cache-block sizes until measured on H100.
+  // Throughput of the kernel's batched GEMM as a fraction of FP32 peak, used by the kernel-pair choice of
+  // section 4.1: measured on H100 SXM (tools/tune.py variants, 2026-11-22; N=32, 32 x ~48 output gradient,
+  // 256 channels, each kernel alone).
   double gemm_efficiency;
   // Resident blocks per SM the CUDA kernel is compiled for (registers are capped to fit them).
   int blocks_per_sm;
@@ -34,22 +35,22 @@ inline constexpr int kNumVariants = 13;
 
 inline constexpr Variant kVariants[kNumVariants] = {
     // direct convolution
-    {1, 1, 128, 128, 0.80, 2},
+    {1, 1, 128, 128, 0.393, 2},
     // alpha = 4
-    {2, 3, 64, 64, 0.75, 2},
-    {3, 2, 64, 64, 0.75, 2},
+    {2, 3, 64, 64, 0.405, 2},
+    {3, 2, 64, 64, 0.409, 2},
     // alpha = 8
-    {3, 6, 64, 32, 0.70, 2},
-    {6, 3, 64, 32, 0.70, 2},
-    {4, 5, 64, 32, 0.70, 2},
-    {5, 4, 64, 32, 0.70, 2},
-    {7, 2, 64, 32, 0.70, 2},
+    {3, 6, 64, 32, 0.379, 2},
+    {6, 3, 64, 32, 0.398, 2},
+    {4, 5, 64, 32, 0.291, 2},
+    {5, 4, 64, 32, 0.386, 2},
+    {7, 2, 64, 32, 0.429, 2},
     // alpha = 16
-    {5, 12, 64, 32, 0.55, 1},
-    {6, 11, 64, 32, 0.55, 1},
-    {7, 10, 64, 32, 0.55, 1},
-    {8, 9, 64, 32, 0.55, 1},
-    {9, 8, 64, 32, 0.55, 1},
+    {5, 12, 64, 32, 0.363, 1},
+    {6, 11, 64, 32, 0.369, 1},
+    {7, 10, 64, 32, 0.373, 1},
+    {8, 9, 64, 32, 0.376, 1},
+    {9, 8, 64, 32, 0.360, 1},
 };
 
 inline constexpr int kMaxAlpha = 16;
