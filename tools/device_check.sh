@@ -8,13 +8,14 @@ export PYTHONUNBUFFERED=1
 for stage in "$@"; do
   case "$stage" in
     build)
-      nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
+      nvidia-smi --query-gpu=name,driver_version --format=csv
       WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90}" \
-        python3 -m pip install --no-build-isolation -v . >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+        python3 -m pip install --no-build-isolation -v . >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
       (cd /tmp && python3 -c "import winrs_jax, jax; print('cuda built:', winrs_jax.CUDA_BUILT, jax.devices())") ;;
     test)
       (cd tests && python3 -m pytest -q -m gpu -x 2>&1 | tee "$OUT/gpu-tests.log" | tail -15)
-      (cd tests && python3 -m pytest -q -x 2>&1 | tee "$OUT/all-tests.log" | tail -5) ;;
+      (cd tests && python3 -m pytest -q -x 2>&1 | tail -3)
+      (cd /tmp && python3 "$OLDPWD/examples/train_digits.py" --epochs 3 2>&1 | tail -8) ;;
     sanitize)
       # The kernels alone, outside XLA, with exact-size allocations (tools/kernel_check.cu).
       nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -lineinfo -Icpp tools/kernel_check.cu \
@@ -27,7 +28,7 @@ for stage in "$@"; do
       done ;;
     bench)
       (cd /tmp && python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
-        2>"$OUT/bench-stderr.log" | tee "$OUT/bench.txt"); tail -3 "$OUT/bench-stderr.log" ;;
+        2>/tmp/bench-stderr.log | tee "$OUT/bench.txt"); tail -3 /tmp/bench-stderr.log ;;
     tune)
       (cd /tmp && python3 "$OLDPWD/tools/tune.py" variants && python3 "$OLDPWD/tools/tune.py" segments) \
         2>&1 | tee "$OUT/tune.jsonl" ;;

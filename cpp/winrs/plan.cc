@@ -64,6 +64,12 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
 
 }  // namespace
 
+int64_t max_buckets(const Problem& p) {
+  const double data = double(p.input_elems() + p.grad_elems() + p.filter_elems());
+  // At least one extra bucket: a second block group is worth it where one segment fills the GPU poorly.
+  return std::max<int64_t>(2, 1 + int64_t(kWorkspaceShare * data / double(p.filter_elems())));
+}
+
 std::string validate_problem(const Problem& p) {
   const int64_t dims[] = {p.batch, p.in_h, p.in_w, p.in_c, p.out_h, p.out_w, p.out_c, p.filter_h, p.filter_w};
   for (int64_t d : dims)
@@ -119,8 +125,7 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   double z = (b0 + b1) / (1.45 * b2);
   // Line 2: one segment suffices with two waves of blocks; the workspace stays under kWorkspaceShare of data.
   const double b2_hat = 2 * sm;
-  const double data = double(p.input_elems() + p.grad_elems() + p.filter_elems());
-  const double z_max = 1 + std::floor(kWorkspaceShare * data / double(p.filter_elems()));
+  const double z_max = double(max_buckets(p));
   if (z < 2 && b2 >= b2_hat) return 1;  // line 3
   // Line 4: enough blocks for several waves of resident blocks, so that the last partial wave costs little.
   const double z1 = std::ceil(kWaves * sm * v.blocks_per_sm / b2);
@@ -166,6 +171,12 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   plan.baseline_segments =
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
   plan.grid = segment_shape(p, pair, int64_t(plan.baseline_segments));
+  // Algorithm 2 can cut more segment columns than Z^ asks for (a prime W_max, say): shrink Z^ until the
+  // buckets respect the workspace bound, unless the caller forced the segment count.
+  for (int64_t z = int64_t(plan.baseline_segments) - 1; options.segments <= 0 && z >= 1; --z) {
+    if (plan.grid.buckets() <= max_buckets(p)) break;
+    plan.grid = segment_shape(p, pair, z);
+  }
   plan.variant0 = pair.variant0;
   plan.variant1 = pair.variant1;
   plan.segments = plan.grid.count();

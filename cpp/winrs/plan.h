@@ -38,6 +38,8 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w);
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
+// Workspace bound: at most this many buckets (the first is dW itself), see kWorkspaceShare in plan.cc.
+int64_t max_buckets(const Problem& p);
 Plan make_plan(const Problem& p, const PlanOptions& options);
 std::string validate_problem(const Problem& p);  // empty when the shape is consistent
 
