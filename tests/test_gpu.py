@@ -43,9 +43,10 @@ def test_every_variant_mare(variant, rng):
     fw = variant.n * (2 if variant.n <= 3 else 1)
     pads = (1, 1, 0, 0)
     out_w = 3 * variant.r
-    x = rng.random((8, 12, out_w + fw - 1, 67), dtype=np.float32)  # 67: no multiple of 4 or 8
-    dy = rng.random((8, 12, out_w, 45), dtype=np.float32)
-    for segments in (1, 5):
+    # 67 and 45 channels take the scalar loads; 36 and 100 the vector loads with partial channel blocks.
+    for (in_c, out_c), segments in (((67, 45), 1), ((67, 45), 5), ((36, 100), 3)):
+        x = rng.random((8, 12, out_w + fw - 1, in_c), dtype=np.float32)
+        dy = rng.random((8, 12, out_w, out_c), dtype=np.float32)
         dw = _filter_grad(
             x, dy, (3, fw), pads, _gpu(), kernels=(variant.index, variant.index), segments=segments
         )

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "cuda/omega.h"
@@ -45,6 +46,39 @@ struct UnitCursor {
   }
 };
 
+// P consecutive channels from src; zeros where !valid or beyond `remaining` channels. `vectors` (uniform per
+// launch) says the channel count and base pointer allow one P-wide load.
+template <int P>
+__device__ __forceinline__ void load_channels(float (&dst)[P], const float* src, bool valid, int remaining,
+                                              bool vectors) {
+  if (vectors) {  // the channel count is a multiple of P: remaining > 0 means all P channels exist
+    valid = valid && remaining > 0;
+    if constexpr (P == 4) {
+      const float4 v = valid ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0, 0, 0, 0);
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+      return;
+    } else if constexpr (P == 2) {
+      const float2 v = valid ? __ldg(reinterpret_cast<const float2*>(src)) : make_float2(0, 0);
+      dst[0] = v.x, dst[1] = v.y;
+      return;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < P; ++q) dst[q] = (valid && q < remaining) ? __ldg(src + q) : 0.0f;
+}
+
+// Stores element i of P transformed tiles to P consecutive shared-memory floats (P-aligned offsets).
+template <int P, int Alpha>
+__device__ __forceinline__ void store_channels(float* dst, const float (&t)[P][Alpha], int i) {
+  if constexpr (P == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(t[0][i], t[1][i], t[2][i], t[3][i]);
+  } else if constexpr (P == 2) {
+    *reinterpret_cast<float2*>(dst) = make_float2(t[0][i], t[1][i]);
+  } else {
+    dst[0] = t[0][i];
+  }
+}
+
 template <int V>
 struct OmegaConfig {
   using Tile = TileMath<V>;
@@ -59,11 +93,13 @@ struct OmegaConfig {
   static constexpr int thread_oc = block_oc / threads_oc;
   static_assert(kThreads % alpha == 0 && slice_threads % threads_ic == 0 && block_oc % threads_oc == 0);
   static_assert(thread_oc % 4 == 0 && thread_ic % 4 == 0, "float4 shared-memory reads");
-  // (unit, channel) pairs each thread loads and transforms per step.
-  static constexpr int filter_pairs = kUnitsPerStep * block_oc / kThreads;
-  static constexpr int input_pairs = kUnitsPerStep * block_ic / kThreads;
-  static_assert(filter_pairs * kThreads == kUnitsPerStep * block_oc);
-  static_assert(input_pairs * kThreads == kUnitsPerStep * block_ic);
+  // Consecutive channels each thread loads and transforms per step (one unit per thread and side).
+  static constexpr int filter_channels = kUnitsPerStep * block_oc / kThreads;
+  static constexpr int input_channels = kUnitsPerStep * block_ic / kThreads;
+  static_assert(filter_channels * kThreads == kUnitsPerStep * block_oc && block_oc % filter_channels == 0);
+  static_assert(input_channels * kThreads == kUnitsPerStep * block_ic && block_ic % input_channels == 0);
+  static_assert(filter_channels <= 4 && input_channels <= 4 && 4 % filter_channels == 0 &&
+                4 % input_channels == 0);
   // Shared memory: Gs[2][alpha][8][B_N] and Ds[2][alpha][8][B_M].
   static constexpr int filter_stage = alpha * kUnitsPerStep * block_oc;
   static constexpr int stage = alpha * kUnitsPerStep * (block_oc + block_ic);
@@ -125,45 +161,54 @@ __global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_ke
   const int steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
 
   const int tid = threadIdx.x;
-  float filter_regs[C::filter_pairs][r];
-  float input_regs[C::input_pairs][alpha];
+  // Each thread loads and transforms `filter_channels` consecutive output channels of one dY unit and
+  // `input_channels` consecutive input channels of one X tile per step: one cursor and one address per side,
+  // and 64/128-bit loads and shared-memory stores when the channel count and the buffer allow them.
+  constexpr int FC = C::filter_channels, IC = C::input_channels;
+  const int filter_unit = tid * FC / BN, filter_c = tid * FC % BN;
+  const int input_unit = tid * IC / BM, input_c = tid * IC % BM;
+  const int oc = oc0 + filter_c, ic = ic0 + input_c;
+  const bool grad_vectors = out_c % FC == 0 && reinterpret_cast<uintptr_t>(args.out_grad) % (4 * FC) == 0;
+  const bool input_vectors = in_c % IC == 0 && reinterpret_cast<uintptr_t>(args.input) % (4 * IC) == 0;
+  float filter_regs[FC][r];
+  float input_regs[IC][alpha];
 
-  // Global -> registers for the next step (fetch_data, Algorithm 3 lines 2 and 4). Each (unit, channel) pair
-  // keeps a cursor on its unit, so the loop does no integer division.
-  UnitCursor filter_units[C::filter_pairs], input_units[C::input_pairs];
-#pragma unroll
-  for (int q = 0; q < C::filter_pairs; ++q)
-    filter_units[q].start((tid + q * kThreads) / BN, batch, units_per_row);
-#pragma unroll
-  for (int q = 0; q < C::input_pairs; ++q)
-    input_units[q].start((tid + q * kThreads) / BM, batch, units_per_row);
+  // Global -> registers for the next step (fetch_data, Algorithm 3 lines 2 and 4). The cursors walk the
+  // units without integer division.
+  UnitCursor filter_cursor, input_cursor;
+  filter_cursor.start(filter_unit, batch, units_per_row);
+  input_cursor.start(input_unit, batch, units_per_row);
   const int unit_rows = rows.end - rows.begin;
 
   auto load = [&] {
-#pragma unroll
-    for (int q = 0; q < C::filter_pairs; ++q) {
-      UnitCursor& u = filter_units[q];
-      const int oc = oc0 + (tid + q * kThreads) % BN;
-      const bool valid = u.row < unit_rows && oc < out_c;
+    {
+      const UnitCursor& u = filter_cursor;
+      const bool valid = u.row < unit_rows;
       const int oh = rows.begin + u.row, w0 = seg.w_begin + u.col * r;
       const float* src = args.out_grad + ((u.image * out_h + oh) * out_w + w0) * out_c + oc;
 #pragma unroll
-      for (int e = 0; e < r; ++e) filter_regs[q][e] = valid ? __ldg(src + e * out_c) : 0.0f;
-      u.advance(kUnitsPerStep, batch, units_per_row);
-    }
+      for (int e = 0; e < r; ++e) {
+        float v[FC];
+        load_channels(v, src + e * out_c, valid, out_c - oc, grad_vectors);
 #pragma unroll
-    for (int q = 0; q < C::input_pairs; ++q) {
-      UnitCursor& u = input_units[q];
-      const int ic = ic0 + (tid + q * kThreads) % BM;
-      const bool valid = u.row < unit_rows && ic < in_c;
+        for (int q = 0; q < FC; ++q) filter_regs[q][e] = v[q];
+      }
+      filter_cursor.advance(kUnitsPerStep, batch, units_per_row);
+    }
+    {
+      const UnitCursor& u = input_cursor;
+      const bool valid = u.row < unit_rows;
       const int oh = rows.begin + u.row, w0 = seg.w_begin + u.col * r;
       const float* src = args.input + ((u.image * in_h + oh + fh - pad_top) * in_w) * in_c + ic;
 #pragma unroll
       for (int e = 0; e < alpha; ++e) {
         const int col = input_column(w0, f0, e, pad_left);
-        input_regs[q][e] = (valid && column_in_bounds(col, in_w)) ? __ldg(src + col * in_c) : 0.0f;
+        float v[IC];
+        load_channels(v, src + col * in_c, valid && column_in_bounds(col, in_w), in_c - ic, input_vectors);
+#pragma unroll
+        for (int q = 0; q < IC; ++q) input_regs[q][e] = v[q];
       }
-      u.advance(kUnitsPerStep, batch, units_per_row);
+      input_cursor.advance(kUnitsPerStep, batch, units_per_row);
     }
   };
 
@@ -171,22 +216,17 @@ __global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_ke
   auto store = [&](int buffer) {
     float* gs = smem + buffer * C::stage;
     float* ds = gs + C::filter_stage;
+    float filter_t[FC][alpha], input_t[IC][alpha];
 #pragma unroll
-    for (int q = 0; q < C::filter_pairs; ++q) {
-      const int idx = tid + q * kThreads, k = idx / BN, c = idx % BN;
-      float t[alpha];
-      Tile::filter(filter_regs[q], t);
+    for (int q = 0; q < FC; ++q) Tile::filter(filter_regs[q], filter_t[q]);
 #pragma unroll
-      for (int i = 0; i < alpha; ++i) gs[(i * kUnitsPerStep + k) * BN + c] = t[i];
-    }
+    for (int i = 0; i < alpha; ++i)
+      store_channels(gs + (i * kUnitsPerStep + filter_unit) * BN + filter_c, filter_t, i);
 #pragma unroll
-    for (int q = 0; q < C::input_pairs; ++q) {
-      const int idx = tid + q * kThreads, k = idx / BM, c = idx % BM;
-      float t[alpha];
-      Tile::input(input_regs[q], t);
+    for (int q = 0; q < IC; ++q) Tile::input(input_regs[q], input_t[q]);
 #pragma unroll
-      for (int i = 0; i < alpha; ++i) ds[(i * kUnitsPerStep + k) * BM + c] = t[i];
-    }
+    for (int i = 0; i < alpha; ++i)
+      store_channels(ds + (i * kUnitsPerStep + input_unit) * BM + input_c, input_t, i);
   };
 
   // alpha-batched GEMM (Algorithm 3 line 10): this thread's slice and tile.
