@@ -80,26 +80,6 @@ def _conv_bwd(
 _conv.defvjp(_conv_fwd, _conv_bwd)
 
 
-def _spec(
-    lhs: Any,
-    rhs_shape: Sequence[int],
-    rhs_dtype: Any,
-    window_strides: Sequence[int],
-    padding: Padding,
-    lhs_dilation: Sequence[int] | None,
-    rhs_dilation: Sequence[int] | None,
-    dimension_numbers: Any,
-    feature_group_count: int,
-    batch_group_count: int,
-    precision: Any,
-    preferred_element_type: Any,
-) -> ConvSpec:
-    return make_spec(
-        np.shape(lhs), rhs_shape, lhs.dtype, rhs_dtype, window_strides, padding, lhs_dilation, rhs_dilation,
-        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
-    )  # fmt: skip
-
-
 def conv(
     lhs: jax.Array,
     rhs: jax.Array,
@@ -120,9 +100,9 @@ def conv(
     jax.jvp / jacfwd and second derivatives are not defined for this custom VJP.
     """
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
-    spec = _spec(
-        lhs, rhs.shape, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
-        feature_group_count, batch_group_count, precision, preferred_element_type,
+    spec = make_spec(
+        lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
+        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
     return _conv(lhs, rhs, spec)
 
@@ -150,9 +130,9 @@ def conv_backward_filter(
     rhs_shape = tuple(int(d) for d in rhs_shape)
     rhs_dtype = lhs.dtype if rhs_dtype is None else rhs_dtype
     rank = len(rhs_shape) - 2
-    spec = _spec(
-        lhs, rhs_shape, rhs_dtype, window_strides or (1,) * max(rank, 0), padding, lhs_dilation, rhs_dilation,
-        dimension_numbers, feature_group_count, batch_group_count, precision, out_grad.dtype,
+    spec = make_spec(
+        lhs.shape, rhs_shape, lhs.dtype, rhs_dtype, window_strides or (1,) * max(rank, 0), padding, lhs_dilation,
+        rhs_dilation, dimension_numbers, feature_group_count, batch_group_count, precision, out_grad.dtype,
     )  # fmt: skip
     expected = jax.eval_shape(
         lambda: _xla_conv(
@@ -181,8 +161,8 @@ def plan(
     options: PlannerOptions | None = None,
 ) -> Plan:
     """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs."""
-    spec = _spec(
-        lhs, np.shape(rhs), rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
-        feature_group_count, batch_group_count, precision, preferred_element_type,
+    spec = make_spec(
+        np.shape(lhs), np.shape(rhs), lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
+        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
     return make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options)

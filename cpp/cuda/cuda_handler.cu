@@ -16,28 +16,15 @@ namespace ffi = xla::ffi;
 namespace winrs::ffi_glue {
 namespace {
 
-template <size_t Rank>
-void copy_dims(ffi::Span<const int64_t> dims, int64_t (&out)[Rank]) {
-  std::copy_n(dims.begin(), Rank, out);
-}
-
 ffi::Error cuda_error(const char* what, cudaError_t e) {
   return ffi::Error::Internal(std::string("winrs_backward_filter: ") + what + ": " + cudaGetErrorString(e));
 }
 
 ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> input,
                                 ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
-                                ffi::ResultBuffer<ffi::F32, 1> workspace, int64_t pad_top, int64_t pad_bottom,
-                                int64_t pad_left, int64_t pad_right, int64_t variant0, int64_t variant1,
-                                int64_t seg_rows, int64_t seg_h, int64_t seg_w, int64_t width0) {
-  int64_t x[4], dy[4], dw[4];
-  copy_dims(input.dimensions(), x);
-  copy_dims(out_grad.dimensions(), dy);
-  copy_dims(filter_grad->dimensions(), dw);
+                                ffi::ResultBuffer<ffi::F32, 1> workspace, PlanAttrs attrs) {
   Launch launch;
-  const std::string error =
-      make_launch(x, dy, dw, int64_t(workspace->element_count()), {pad_top, pad_bottom, pad_left, pad_right},
-                  variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
+  const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
 
   cuda::OmegaArgs args{input.typed_data(),
@@ -67,12 +54,12 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
 }  // namespace
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
-    winrs::ffi_glue::bind_plan_attributes(ffi::Ffi::Bind()
-                                              .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                              .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                              .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                              .Ret<ffi::Buffer<ffi::F32, 4>>()
-                                              .Ret<ffi::Buffer<ffi::F32, 1>>()),
-    {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                   .Ret<ffi::Buffer<ffi::F32, 4>>()
+                                   .Ret<ffi::Buffer<ffi::F32, 1>>()
+                                   .Attrs<winrs::ffi_glue::PlanAttrs>()),
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -18,11 +18,6 @@ namespace ffi = xla::ffi;
 namespace winrs::ffi_glue {
 namespace {
 
-template <size_t Rank>
-void copy_dims(ffi::Span<const int64_t> dims, int64_t (&out)[Rank]) {
-  std::copy_n(dims.begin(), Rank, out);
-}
-
 // Work sharing on XLA's intra-op thread pool. The calling thread works too, and waits only for the items to
 // finish (not for the scheduled tasks to start), so a busy pool can never deadlock the call. Without a pool,
 // plain threads are used.
@@ -73,17 +68,9 @@ cpu::ParallelFor make_parallel_for(ffi::ThreadPool& pool) {
 
 ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> input,
                                ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
-                               ffi::ResultBuffer<ffi::F32, 1> workspace, int64_t pad_top, int64_t pad_bottom,
-                               int64_t pad_left, int64_t pad_right, int64_t variant0, int64_t variant1,
-                               int64_t seg_rows, int64_t seg_h, int64_t seg_w, int64_t width0) {
-  int64_t x[4], dy[4], dw[4];
-  copy_dims(input.dimensions(), x);
-  copy_dims(out_grad.dimensions(), dy);
-  copy_dims(filter_grad->dimensions(), dw);
+                               ffi::ResultBuffer<ffi::F32, 1> workspace, PlanAttrs attrs) {
   Launch launch;
-  const std::string error =
-      make_launch(x, dy, dw, int64_t(workspace->element_count()), {pad_top, pad_bottom, pad_left, pad_right},
-                  variant0, variant1, seg_rows, seg_h, seg_w, width0, &launch);
+  const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
   try {
     cpu::backward_filter(
@@ -100,9 +87,10 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> in
 }  // namespace winrs::ffi_glue
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_cpu,
-                              winrs::ffi_glue::bind_plan_attributes(ffi::Ffi::Bind()
-                                                                        .Ctx<ffi::ThreadPool>()
-                                                                        .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                                                        .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                                                        .Ret<ffi::Buffer<ffi::F32, 4>>()
-                                                                        .Ret<ffi::Buffer<ffi::F32, 1>>()));
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::ThreadPool>()
+                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
+                                   .Ret<ffi::Buffer<ffi::F32, 4>>()
+                                   .Ret<ffi::Buffer<ffi::F32, 1>>()
+                                   .Attrs<winrs::ffi_glue::PlanAttrs>()));

@@ -60,48 +60,40 @@ struct TileMath {
     static constexpr double value = T.A[Row][Col];
   };
 
-  // Filter transform of one output-gradient unit: out = G w.
-  template <typename Real>
-  WINRS_HD static void filter(const Real (&w)[r], Real (&out)[alpha]) {
+  // out = M in for M = G (Cols = r) or D^T (Cols = alpha): rows 0 and alpha-1 directly, the (+p, -p) row
+  // pairs from their shared even and odd partial sums.
+  template <template <int, int> class M, int Cols, typename Real>
+  WINRS_HD static void apply(const Real (&in)[Cols], Real (&out)[alpha]) {
     if constexpr (alpha == 1) {
-      out[0] = w[0];
+      out[0] = in[0];
     } else {
       out[0] = Real(0.0);
-      Term<Real>::add(out[0], G<0, 0>{}, w[0]);
+      out[alpha - 1] = Real(0.0);
+      static_for<0, Cols>([&](auto c) {
+        Term<Real>::add(out[0], M<0, decltype(c)::value>{}, in[c]);
+        Term<Real>::add(out[alpha - 1], M<alpha - 1, decltype(c)::value>{}, in[c]);
+      });
       static_for<0, kPairs>([&](auto pair) {
         constexpr int row = 1 + 2 * decltype(pair)::value;
         Real even(0.0), odd(0.0);
-        static_for<0, r, 2>([&](auto k) { Term<Real>::add(even, G<row, decltype(k)::value>{}, w[k]); });
-        static_for<1, r, 2>([&](auto k) { Term<Real>::add(odd, G<row, decltype(k)::value>{}, w[k]); });
+        static_for<0, Cols, 2>([&](auto c) { Term<Real>::add(even, M<row, decltype(c)::value>{}, in[c]); });
+        static_for<1, Cols, 2>([&](auto c) { Term<Real>::add(odd, M<row, decltype(c)::value>{}, in[c]); });
         out[row] = even + odd;
         out[row + 1] = even - odd;
       });
-      out[alpha - 1] = Real(0.0);
-      Term<Real>::add(out[alpha - 1], G<alpha - 1, r - 1>{}, w[r - 1]);
     }
+  }
+
+  // Filter transform of one output-gradient unit: out = G w.
+  template <typename Real>
+  WINRS_HD static void filter(const Real (&w)[r], Real (&out)[alpha]) {
+    apply<G, r>(w, out);
   }
 
   // Input transform of one input tile: out = D^T x.
   template <typename Real>
   WINRS_HD static void input(const Real (&x)[alpha], Real (&out)[alpha]) {
-    if constexpr (alpha == 1) {
-      out[0] = x[0];
-    } else {
-      out[0] = Real(0.0);
-      out[alpha - 1] = Real(0.0);
-      static_for<0, alpha>([&](auto c) {
-        Term<Real>::add(out[0], DT<0, decltype(c)::value>{}, x[c]);
-        Term<Real>::add(out[alpha - 1], DT<alpha - 1, decltype(c)::value>{}, x[c]);
-      });
-      static_for<0, kPairs>([&](auto pair) {
-        constexpr int row = 1 + 2 * decltype(pair)::value;
-        Real even(0.0), odd(0.0);
-        static_for<0, alpha, 2>([&](auto c) { Term<Real>::add(even, DT<row, decltype(c)::value>{}, x[c]); });
-        static_for<1, alpha, 2>([&](auto c) { Term<Real>::add(odd, DT<row, decltype(c)::value>{}, x[c]); });
-        out[row] = even + odd;
-        out[row + 1] = even - odd;
-      });
-    }
+    apply<DT, alpha>(x, out);
   }
 
   // Output transform of accumulated products: y = A^T m.
