@@ -60,15 +60,15 @@ int main() {
                 (ws_elems == 0 || check(cudaMalloc(&dws, ws_elems * 4), "malloc"));
       ok = ok && check(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "copy") &&
            check(cudaMemcpy(ddy, dy.data(), dy.size() * 4, cudaMemcpyHostToDevice), "copy");
-      winrs::cuda::OmegaArgs args{dx, ddy, ddw, dws, p, plan.grid, 0};
+      winrs::cuda::OmegaArgs args{dx, ddy, ddw, dws, p, plan.grid, 0, 1};
       ok = ok && check(winrs::cuda::launch_omega(plan.variant0, args, 0), "kernel 0");
       if (plan.grid.width0 < plan.grid.out_w) {
         args.kernel = 1;
         ok = ok && check(winrs::cuda::launch_omega(plan.variant1, args, 0), "kernel 1");
       }
       if (plan.buckets > 1)
-        ok = ok &&
-             check(winrs::cuda::launch_bucket_reduction(ddw, dws, dw_elems, int(plan.buckets), 0), "reduce");
+        ok = ok && check(winrs::cuda::launch_bucket_reduction(ddw, dws, 1, dw_elems, int(plan.buckets), 0),
+                         "reduce");
       ok = ok && check(cudaDeviceSynchronize(), "sync");
       std::vector<float> gpu(dw_elems), cpu(dw_elems), cpu_ws(ws_elems);
       ok = ok && check(cudaMemcpy(gpu.data(), ddw, dw_elems * 4, cudaMemcpyDeviceToHost), "copy back");

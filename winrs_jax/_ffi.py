@@ -34,6 +34,7 @@ def backward_filter_call(
         jax.ShapeDtypeStruct(filter_ohwi_shape, jnp.float32),
         jax.ShapeDtypeStruct((workspace_elems,), jnp.float32),
     )
-    call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="sequential")
+    # Under vmap the handler receives the stacked problems on leading axes and runs them in one launch.
+    call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="broadcast_all")
     filter_grad, _workspace = call(x_nhwc, dy_nhwc, **attributes)
     return filter_grad

@@ -20,9 +20,9 @@ ffi::Error cuda_error(const char* what, cudaError_t e) {
   return ffi::Error::Internal(std::string("winrs_backward_filter: ") + what + ": " + cudaGetErrorString(e));
 }
 
-ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> input,
-                                ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
-                                ffi::ResultBuffer<ffi::F32, 1> workspace, PlanAttrs attrs) {
+ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32> input,
+                                ffi::Buffer<ffi::F32> out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                                ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
   Launch launch;
   const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
@@ -33,7 +33,8 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
                        workspace->typed_data(),
                        launch.problem,
                        launch.grid,
-                       0};
+                       0,
+                       launch.groups};
   if (cudaError_t e = cuda::launch_omega(launch.variant0, args, stream); e != cudaSuccess)
     return cuda_error("kernel 0 launch", e);
   if (launch.grid.width0 < launch.grid.out_w) {
@@ -43,7 +44,7 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
   }
   const int buckets = launch.grid.buckets();
   if (buckets > 1) {
-    if (cudaError_t e = cuda::launch_bucket_reduction(args.filter_grad, args.workspace,
+    if (cudaError_t e = cuda::launch_bucket_reduction(args.filter_grad, args.workspace, launch.groups,
                                                       launch.problem.filter_elems(), buckets, stream);
         e != cudaSuccess)
       return cuda_error("bucket reduction launch", e);
@@ -57,9 +58,9 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32, 4> in
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                   .Ret<ffi::Buffer<ffi::F32, 4>>()
-                                   .Ret<ffi::Buffer<ffi::F32, 1>>()
+                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -126,6 +126,12 @@ __global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_ke
   float* smem = reinterpret_cast<float*>(smem4);
 
   const Problem& p = args.problem;
+  // Stacked problem of this block (vmap): offset every tensor to its group.
+  const long long group = blockIdx.y;
+  args.input += group * p.input_elems();
+  args.out_grad += group * p.grad_elems();
+  args.filter_grad += group * p.filter_elems();
+  args.workspace += group * (args.grid.buckets() - 1) * p.filter_elems();
   const int out_c = int(p.out_c), in_c = int(p.in_c), out_w = int(p.out_w), out_h = int(p.out_h);
   const int in_w = int(p.in_w), in_h = int(p.in_h), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   const int pad_top = int(p.pad_top), pad_left = int(p.pad_left);
@@ -309,7 +315,7 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
   const long long blocks = segments * p.filter_h * (p.filter_w / C::n) *
                            ((p.out_c + C::block_oc - 1) / C::block_oc) *
                            ((p.in_c + C::block_ic - 1) / C::block_ic);
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (blocks > 0x7fffffffLL || args.groups > 65535) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = cudaFuncSetAttribute(omega_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(C::smem_bytes));
       e != cudaSuccess)
@@ -318,7 +324,7 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
                                            cudaSharedmemCarveoutMaxShared);
       e != cudaSuccess)
     return e;
-  omega_kernel<V><<<unsigned(blocks), kThreads, C::smem_bytes, stream>>>(args);
+  omega_kernel<V><<<dim3(unsigned(blocks), unsigned(args.groups)), kThreads, C::smem_bytes, stream>>>(args);
   return cudaGetLastError();
 }
 

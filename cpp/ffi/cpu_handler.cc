@@ -66,17 +66,21 @@ cpu::ParallelFor make_parallel_for(ffi::ThreadPool& pool) {
   };
 }
 
-ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> input,
-                               ffi::Buffer<ffi::F32, 4> out_grad, ffi::ResultBuffer<ffi::F32, 4> filter_grad,
-                               ffi::ResultBuffer<ffi::F32, 1> workspace, PlanAttrs attrs) {
+ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> input,
+                               ffi::Buffer<ffi::F32> out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                               ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
   Launch launch;
   const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
   try {
-    cpu::backward_filter(
-        launch.problem, launch.variant0, launch.variant1, launch.grid,
-        {input.typed_data(), out_grad.typed_data(), filter_grad->typed_data(), workspace->typed_data()},
-        make_parallel_for(pool));
+    const Problem& p = launch.problem;
+    const int64_t workspace_elems = (launch.grid.buckets() - 1) * p.filter_elems();
+    for (int64_t g = 0; g < launch.groups; ++g)
+      cpu::backward_filter(
+          p, launch.variant0, launch.variant1, launch.grid,
+          {input.typed_data() + g * p.input_elems(), out_grad.typed_data() + g * p.grad_elems(),
+           filter_grad->typed_data() + g * p.filter_elems(), workspace->typed_data() + g * workspace_elems},
+          make_parallel_for(pool));
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
   }
@@ -89,8 +93,8 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32, 4> in
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_cpu,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                   .Arg<ffi::Buffer<ffi::F32, 4>>()
-                                   .Ret<ffi::Buffer<ffi::F32, 4>>()
-                                   .Ret<ffi::Buffer<ffi::F32, 1>>()
+                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()));

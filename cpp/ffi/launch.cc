@@ -5,8 +5,8 @@
 namespace winrs::ffi_glue {
 
 std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4],
-                        const int64_t (&filter_grad)[4], int64_t workspace_elems, const PlanAttrs& a,
-                        Launch* launch) {
+                        const int64_t (&filter_grad)[4], int64_t groups, int64_t workspace_elems,
+                        const PlanAttrs& a, Launch* launch) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (input[0] != out_grad[0]) return "input and output gradient have different batch sizes";
   if (filter_grad[0] != out_grad[3])
@@ -30,7 +30,9 @@ std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4],
       SegmentGrid{int(p.out_h), int(p.out_w), int(a.seg_rows), int(a.seg_h), int(a.seg_w), int(a.width0)};
   if (std::string error = validate_plan(p, launch->variant0, launch->variant1, launch->grid); !error.empty())
     return error;
-  if (workspace_elems != (launch->grid.buckets() - 1) * p.filter_elems())
+  if (groups < 1 || groups > kIntMax) return "number of stacked problems out of range";
+  launch->groups = groups;
+  if (workspace_elems != groups * (launch->grid.buckets() - 1) * p.filter_elems())
     return "workspace size does not match (buckets - 1) x filter size";
   return {};
 }
