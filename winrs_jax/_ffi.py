@@ -22,6 +22,15 @@ def _register() -> bool:
 CUDA_BUILT: bool = _register()
 
 
+def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
+    """Pass as jax.export.export(..., disabled_checks=...) to serialise functions that use winrs_jax.
+
+    jax.export only admits custom calls with a compatibility guarantee from jax itself; winrs_jax keeps its own:
+    the target name and its attributes change only with a new target name. The exported artifact runs where
+    winrs_jax is installed (importing it registers the target)."""
+    return [jax.export.DisabledSafetyCheck.custom_call(TARGET)]
+
+
 def backward_filter_call(
     x_nhwc: jax.Array,
     dy_nhwc: jax.Array,

@@ -16,8 +16,8 @@ from winrs_jax.geometry import ConvSpec, Padding, make_spec
 from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
 
-def _xla_conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec) -> jax.Array:
-    return lax.conv_general_dilated(lhs, rhs, **spec.lax_kwargs())
+def _xla_conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, out_sharding: Any = None) -> jax.Array:
+    return lax.conv_general_dilated(lhs, rhs, **spec.lax_kwargs(), out_sharding=out_sharding)
 
 
 def _to_canonical(x: jax.Array, batch_dim: int, feature_dim: int, spatial: Sequence[int]) -> jax.Array:
@@ -59,13 +59,13 @@ def _filter_grad(
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec) -> jax.Array:
-    return _xla_conv(lhs, rhs, spec)
+    return _xla_conv(lhs, rhs, spec, spec.out_sharding)
 
 
 def _conv_fwd(
     lhs: jax.Array, rhs: jax.Array, spec: ConvSpec
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return _xla_conv(lhs, rhs, spec), (lhs, rhs)
+    return _xla_conv(lhs, rhs, spec, spec.out_sharding), (lhs, rhs)
 
 
 def _conv_bwd(
@@ -92,6 +92,7 @@ def conv(
     batch_group_count: int = 1,
     precision: Any = None,
     preferred_element_type: Any = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     """Same signature and result as jax.lax.conv_general_dilated.
 
@@ -102,7 +103,7 @@ def conv(
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     spec = make_spec(
         lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
-        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
+        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type, out_sharding,
     )  # fmt: skip
     return _conv(lhs, rhs, spec)
 

@@ -30,6 +30,7 @@ class ConvSpec:
     batch_group_count: int
     precision: Any
     preferred_element_type: Any
+    out_sharding: Any = None  # of the forward output only
 
     def lax_kwargs(self) -> dict[str, Any]:
         return dict(
@@ -86,6 +87,7 @@ def make_spec(
     batch_group_count: int,
     precision: Any,
     preferred_element_type: Any,
+    out_sharding: Any = None,
 ) -> ConvSpec:
     """Validates a convolution call like lax.conv_general_dilated and resolves its padding and layout.
 
@@ -175,4 +177,5 @@ def make_spec(
         batch_group_count=int(batch_group_count),
         precision=_hashable(precision),
         preferred_element_type=None if preferred_element_type is None else np.dtype(preferred_element_type),
+        out_sharding=out_sharding,
     )
