@@ -31,6 +31,12 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     return [jax.export.DisabledSafetyCheck.custom_call(TARGET)]
 
 
+def _varying_axes(x: jax.Array) -> int:
+    aval = jax.typeof(x)
+    manual = getattr(aval, "manual_axis_type", None)  # jax 0.10
+    return len(getattr(manual, "varying", None) or getattr(aval, "vma", None) or ())
+
+
 def backward_filter_call(
     x_nhwc: jax.Array,
     dy_nhwc: jax.Array,
@@ -39,9 +45,12 @@ def backward_filter_call(
     attributes: dict[str, int],
 ) -> jax.Array:
     """dW (O_C x F_H x F_W x I_C, float32) of one planned WinRS backward-filter convolution."""
+    # Inside shard_map the results vary over the manual axes the operands vary over (check_vma): keep the type
+    # of the operand that varies over the most axes, with the result's shape and dtype.
+    base = jax.typeof(max((x_nhwc, dy_nhwc), key=_varying_axes))
     out_types = (
-        jax.ShapeDtypeStruct(filter_ohwi_shape, jnp.float32),
-        jax.ShapeDtypeStruct((workspace_elems,), jnp.float32),
+        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32),
+        base.update(shape=(workspace_elems,), dtype=jnp.float32),
     )
     # Under vmap the handler receives the stacked problems on leading axes and runs them in one launch.
     call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="broadcast_all")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from winrs_jax import _ffi
+from winrs_jax import _partition
 from winrs_jax.geometry import ConvSpec, Padding, make_spec
 from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
@@ -26,14 +26,14 @@ def _to_canonical(x: jax.Array, batch_dim: int, feature_dim: int, spatial: Seque
     return x[:, None] if len(spatial) == 1 else x
 
 
-def _winrs_filter_grad(lhs: jax.Array, out_grad: jax.Array, plan: Plan, spec: ConvSpec) -> jax.Array:
+def _winrs_filter_grad(
+    lhs: jax.Array, out_grad: jax.Array, plan: Plan, spec: ConvSpec, options: PlannerOptions | None
+) -> jax.Array:
     dn = spec.dimension_numbers
     x = _to_canonical(lhs, dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:])
     dy = _to_canonical(out_grad, dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:])
-    dw = _ffi.backward_filter_call(
-        x.astype(jnp.float32), dy.astype(jnp.float32), plan.filter_shape_ohwi, plan.workspace_elems,
-        plan.ffi_attributes(),
-    )  # fmt: skip
+    layer = _partition.Layer(plan.filter_hw, plan.pads, options or PlannerOptions())
+    dw = _partition.filter_grad(x.astype(jnp.float32), dy.astype(jnp.float32), layer)
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
         dw = dw[:, 0]
     # dW is O x spatial... x I; put each axis where the rhs layout has it.
@@ -51,7 +51,7 @@ def _filter_grad(
 ) -> jax.Array:
     plan = make_plan(lhs.shape, rhs_shape, lhs.dtype, spec, options)
     if plan.supported and out_grad.dtype == jnp.float32:
-        return _winrs_filter_grad(lhs, out_grad, plan, spec).astype(rhs_dtype)
+        return _winrs_filter_grad(lhs, out_grad, plan, spec, options).astype(rhs_dtype)
     zeros = jnp.zeros(rhs_shape, rhs_dtype)
     _, rhs_vjp = jax.vjp(lambda rhs: _xla_conv(lhs, rhs, spec), zeros)
     return rhs_vjp(out_grad)[0]

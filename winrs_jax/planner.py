@@ -177,12 +177,30 @@ def make_plan(
     pads = list(spec.padding)
     if rank == 1:  # a 1D convolution is a 2D one of height 1
         in_hw, filter_hw, pads = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads]
-    out_hw = [i + lo + hi - f + 1 for i, f, (lo, hi) in zip(in_hw, filter_hw, pads, strict=True)]
+    pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
+    return plan_canonical(
+        batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat, options
+    )
+
+
+def plan_canonical(
+    batch: int,
+    input_hw: tuple[int, int],
+    in_c: int,
+    out_c: int,
+    filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    options: PlannerOptions | None = None,
+) -> Plan:
+    """The plan of a float32 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups."""
+    options = options or PlannerOptions()
+    top, bottom, left, right = pads
+    out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()
     raw = _winrs.make_plan(
-        batch=batch, in_h=in_hw[0], in_w=in_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
-        filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=pads[0][0], pad_bottom=pads[0][1],
-        pad_left=pads[1][0], pad_right=pads[1][1], sm_count=sm_count, segments=options.segments or 0,
+        batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
+        filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
+        sm_count=sm_count, segments=options.segments or 0,
         variant0=options.kernels[0] if options.kernels else -1,
         variant1=options.kernels[1] if options.kernels else -1,
     )  # fmt: skip
@@ -192,11 +210,11 @@ def make_plan(
         supported=True,
         reason="",
         batch=batch,
-        input_hw=(in_hw[0], in_hw[1]),
-        out_grad_hw=(out_hw[0], out_hw[1]),
-        filter_hw=(filter_hw[0], filter_hw[1]),
+        input_hw=input_hw,
+        out_grad_hw=out_hw,
+        filter_hw=filter_hw,
         channels=(in_c, out_c),
-        pads=(pads[0][0], pads[0][1], pads[1][0], pads[1][1]),
+        pads=pads,
         sm_count=sm_count,
         variant0=raw["variant0"],
         variant1=raw["variant1"],
