@@ -10,6 +10,7 @@ from pathlib import Path
 def test_batch_sharded_training_step_all_reduces_dw_without_gathering_activations():
     script = Path(__file__).parent / "scripts" / "data_parallel.py"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"  # 4 host devices, also on a GPU machine
     result = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600
     )

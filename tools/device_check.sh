@@ -32,6 +32,11 @@ for stage in "$@"; do
     tune)
       (cd /tmp && python3 "$OLDPWD/tools/tune.py" variants && python3 "$OLDPWD/tools/tune.py" segments) \
         2>&1 | tee "$OUT/tune.jsonl" ;;
+    resnet)
+      for dtype in float32 bfloat16; do
+        (cd /tmp && python3 "$OLDPWD/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \
+          --plot "$OUT/resnet-$dtype.png") 2>&1 | grep -v "^WinRS plan\|^  " | tee -a "$OUT/resnet.txt"
+      done ;;
     mix)
       # Dynamic instruction mix of the first kernel of one layer, and its SASS.
       layer="${PROFILE_LAYERS:-32:56:256:3}"
