@@ -66,7 +66,7 @@ def load_data(size: int) -> tuple[np.ndarray, np.ndarray]:
 def train(
     model: nn.Module, params: Any, images: np.ndarray, labels: np.ndarray, epochs: int, batch: int
 ) -> tuple:
-    optimizer = optax.adam(1e-3)
+    optimizer = optax.adam(3e-3)
 
     @jax.jit
     def step(params: Any, opt_state: Any, x: jax.Array, y: jax.Array) -> tuple:
@@ -110,7 +110,7 @@ def main() -> None:
     if dtype != jnp.float32:
         x = jax.ShapeDtypeStruct((args.batch, args.size, args.size, args.width), dtype)
         w = jax.ShapeDtypeStruct((3, 3, args.width, args.width), dtype)
-        print(winrs_jax.plan(x, w, (1, 1), "SAME"))
+        print(winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
 
     results = {}
     for name, conv in (("winrs_jax.conv", winrs_jax.conv), ("XLA conv", lax.conv_general_dilated)):

@@ -13,7 +13,9 @@ import winrs_jax
 from winrs_jax import _ffi
 
 NHWC = ("NHWC", "HWIO", "NHWC")
-ARGS = dict(window_strides=(1, 1), padding=((1, 0), (2, 1)), dimension_numbers=NHWC)
+ARGS = dict(
+    window_strides=(1, 1), padding=((1, 0), (2, 1)), dimension_numbers=NHWC, precision=lax.Precision.HIGHEST
+)
 
 
 def _loss(conv_fn, lhs, rhs):

@@ -35,7 +35,7 @@ for stage in "$@"; do
     resnet)
       for dtype in float32 bfloat16; do
         (cd /tmp && python3 "$OLDPWD/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \
-          --plot "$OUT/resnet-$dtype.png") 2>&1 | grep -v "^WinRS plan\|^  " | tee -a "$OUT/resnet.txt"
+          --plot "$OUT/resnet-$dtype.png") 2>&1 | tee -a "$OUT/resnet.txt" | grep -E "ms|ratio|Error|plan:"
       done ;;
     mix)
       # Dynamic instruction mix of the first kernel of one layer, and its SASS.
