@@ -159,9 +159,11 @@ def plan(
     batch_group_count: int = 1,
     precision: Any = None,
     preferred_element_type: Any = None,
+    out_sharding: Any = None,
     options: PlannerOptions | None = None,
 ) -> Plan:
-    """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs."""
+    """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs.
+    (out_sharding is accepted for symmetry with conv; it does not change the plan.)"""
     spec = make_spec(
         np.shape(lhs), np.shape(rhs), lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
