@@ -8,6 +8,7 @@ all-gathered (jax.experimental.custom_partitioning). Under vmap the stacked prob
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -40,7 +41,7 @@ def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     )
 
 
-@lambda f: custom_partitioning(f, static_argnums=(2,))
+@functools.partial(custom_partitioning, static_argnums=(2,))
 def _partitioned(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     return _local_filter_grad(x, dy, layer)
 
