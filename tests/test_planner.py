@@ -167,3 +167,10 @@ def test_every_variant_is_reachable_by_the_planner():
         if plan.supported:
             picked.update(k.index for k in plan.kernels)
     assert picked == set(range(len(VARIANTS)))
+
+
+def test_tensors_of_2_31_elements_fall_back():
+    x = jax.ShapeDtypeStruct((64, 512, 512, 256), np.float32)  # 2^32 elements
+    rhs = jax.ShapeDtypeStruct((3, 3, 256, 8), np.float32)
+    plan = winrs_jax.plan(x, rhs, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert not plan.supported and "2^31" in plan.reason

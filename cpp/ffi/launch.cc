@@ -20,9 +20,6 @@ std::string make_launch(const int64_t (&input)[4], const int64_t (&out_grad)[4],
               filter_grad[1], filter_grad[2], a.pad_top, a.pad_bottom, a.pad_left,  a.pad_right};
   for (int64_t d : {p.in_h, p.in_w, p.out_h, p.out_w, p.filter_h, p.filter_w})
     if (d > kIntMax) return "spatial dimension too large";
-  const int64_t int32_max = std::numeric_limits<int32_t>::max();
-  if (p.input_elems() > int32_max || p.grad_elems() > int32_max || p.filter_elems() > int32_max)
-    return "tensors of 2^31 or more elements are not supported";
 
   launch->variant0 = int(a.variant0);
   launch->variant1 = int(a.variant1);

@@ -13,7 +13,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Waves of resident blocks Algorithm 1 aims for (line 4).
 // Measured on H100 (tools/tune.py segments, 2026-11-22): 3x3 and 9x9 layers with 64-256 channels ran 6-8%
-// faster with twice the segments of 4 waves; workspace_share below keeps the cost of that bounded.
+// faster with twice the segments of 4 waves; kWorkspaceShare below keeps the cost of that bounded.
 constexpr double kWaves = 8;
 // Workspace bound: (buckets - 1) x |dW| <= kWorkspaceShare x (|X| + |dY| + |dW|). The paper's average is
 // 0.18; 0.15 keeps every layer of the baselines' suite under 5% of XLA's own temporaries.
@@ -79,6 +79,9 @@ std::string validate_problem(const Problem& p) {
     return "output-gradient height does not match input height, padding and filter height";
   if (p.out_w != p.in_w + p.pad_left + p.pad_right - p.filter_w + 1)
     return "output-gradient width does not match input width, padding and filter width";
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  if (p.input_elems() > int32_max || p.grad_elems() > int32_max || p.filter_elems() > int32_max)
+    return "tensors of 2^31 or more elements are not supported";
   return {};
 }
 
@@ -143,11 +146,6 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   Plan plan;
   if (std::string error = validate_problem(p); !error.empty()) {
     plan.reason = error;
-    return plan;
-  }
-  const int64_t int32_max = std::numeric_limits<int32_t>::max();
-  if (p.input_elems() > int32_max || p.grad_elems() > int32_max || p.filter_elems() > int32_max) {
-    plan.reason = "tensors of 2^31 or more elements are not supported";
     return plan;
   }
   KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w);
