@@ -44,7 +44,7 @@ for stage in "$@"; do
         --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
         python3 "$OLDPWD/tools/profile_layer.py" "$layer") >"$OUT/mix.txt" 2>&1
       grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000
-      so=$(python3 -c "import winrs_jax._winrs as m; print(m.__file__)")
+      so=$(cd /tmp && python3 -c "import winrs_jax._winrs as m; print(m.__file__)")
       cuobjdump -sass "$so" >"$OUT/sass.txt" 2>&1; wc -l "$OUT/sass.txt" ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 32:32:256:5}; do

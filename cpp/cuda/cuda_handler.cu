@@ -3,7 +3,6 @@
 // of the call) and no synchronisation, so XLA may capture it in a CUDA graph.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
 #include "cuda/omega.h"
