@@ -50,19 +50,20 @@ def test_bad_input_raises_at_trace_time(call, error, message):
 
 def _attributes(**overrides):
     attrs = dict(
-        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, variant0=3, variant1=2, seg_rows=1, seg_h=8, seg_w=6,
-        width0=6,
+        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, sm_count=132, segments=1, variant0=-1,
+        variant1=-1,
     )  # fmt: skip
     attrs.update(overrides)
     return attrs
 
 
-def _call(workspace_elems=0, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), **attrs):
-    x, dy = jnp.ones(x_shape), jnp.ones(dy_shape)
+def _call(workspace_elems=0, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), dtype=jnp.float32,
+          **attrs):  # fmt: skip
+    x, dy = jnp.ones(x_shape, dtype), jnp.ones(dy_shape, dtype)
     return _ffi.backward_filter_call(x, dy, dw_shape, workspace_elems, _attributes(**attrs))
 
 
-def test_handler_accepts_a_consistent_plan():
+def test_handler_accepts_consistent_planner_inputs():
     dw = np.asarray(_call())
     # All-ones input and gradient: dW counts the (unpadded) positions each filter tap meets.
     edge, inner = 2 * 7 * 8, 2 * 8 * 8
@@ -72,20 +73,32 @@ def test_handler_accepts_a_consistent_plan():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(variant0=13), "variant index out of range"),
-        (dict(variant0=-1), "out of range"),
-        (dict(variant0=1), "does not divide the filter width"),
-        (dict(width0=5), "multiple of r0"),
-        (dict(width0=7), "multiple of r0"),
-        (dict(seg_w=4), "segment width"),
-        (dict(seg_rows=3, seg_h=3), "segment rows"),
+        (dict(variant0=13), "forced kernel variant index out of range"),
+        (dict(variant0=-2), "kernel variant index out of range"),
+        (dict(variant0=1), "forced kernels cannot tile"),
+        (dict(path=5), "unknown arithmetic path"),
+        (dict(path=-1), "unknown arithmetic path"),
+        (dict(path=3), "element type of path bf16"),
+        (dict(sm_count=0), "planner attribute out of range"),
+        (dict(segments=-1), "planner attribute out of range"),
         (dict(pad_top=2), "height does not match"),
         (dict(pad_left=-1, pad_right=3), "padding must be >= 0"),
         (dict(workspace_elems=3), "workspace size"),
+        (dict(segments=4), "workspace size"),
         (dict(dw_shape=(4, 3, 3, 5)), "different input channels"),
         (dict(dy_shape=(3, 8, 8, 4)), "different batch sizes"),
+        (dict(dw_shape=(4, 3, 11, 4), dy_shape=(2, 8, 0, 4)), "positive"),
+        (dict(dw_shape=(4, 3, 11, 4), x_shape=(2, 8, 16, 4)), "no divisor in 2..9"),
     ],
 )
-def test_handler_rejects_inconsistent_attributes(overrides, message):
+def test_handler_rejects_inconsistent_inputs(overrides, message):
     with pytest.raises(Exception, match=f"winrs_backward_filter: .*{message}"):
         np.asarray(_call(**overrides))
+
+
+def test_handler_rejects_storage_of_another_path():
+    """bfloat16 buffers with the float32 path's attributes (and the reverse) never reach a kernel."""
+    with pytest.raises(Exception, match="winrs_backward_filter: .*element type of path fp32"):
+        np.asarray(_call(dtype=jnp.bfloat16))
+    with pytest.raises(Exception, match="winrs_backward_filter: .*element type of path fp16"):
+        np.asarray(_call(dtype=jnp.bfloat16, path=4))

@@ -127,8 +127,7 @@ def test_forced_kernels():
         (dict(rhs_dilation=(2, 2)), "rhs dilation"),
         (dict(lhs_dilation=(2, 1)), "lhs dilation"),
         (dict(feature_group_count=2), "grouped convolution"),
-        (dict(dtype=np.float16), "float32 only"),
-        (dict(dtype=jax.numpy.bfloat16), "float32 only"),
+        (dict(dtype=np.float64), "float32, bfloat16 and float16 kernels"),
     ],
 )
 def test_unsupported_layers_say_why(kwargs, reason):

@@ -32,8 +32,9 @@ def _winrs_filter_grad(
     dn = spec.dimension_numbers
     x = _to_canonical(lhs, dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:])
     dy = _to_canonical(out_grad, dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:])
-    layer = _partition.Layer(plan.filter_hw, plan.pads, options or PlannerOptions())
-    dw = _partition.filter_grad(x.astype(jnp.float32), dy.astype(jnp.float32), layer)
+    layer = _partition.Layer(plan.filter_hw, plan.pads, plan.path, options or PlannerOptions())
+    # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
+    dw = _partition.filter_grad(x, dy.astype(x.dtype), layer)
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
         dw = dw[:, 0]
     # dW is O x spatial... x I; put each axis where the rhs layout has it.
@@ -50,7 +51,7 @@ def _filter_grad(
     options: PlannerOptions | None = None,
 ) -> jax.Array:
     plan = make_plan(lhs.shape, rhs_shape, lhs.dtype, spec, options)
-    if plan.supported and out_grad.dtype == jnp.float32:
+    if plan.supported:
         return _winrs_filter_grad(lhs, out_grad, plan, spec, options).astype(rhs_dtype)
     zeros = jnp.zeros(rhs_shape, rhs_dtype)
     _, rhs_vjp = jax.vjp(lambda rhs: _xla_conv(lhs, rhs, spec), zeros)

@@ -1,16 +1,20 @@
 """Trace-time planning of the WinRS backward-filter convolution (paper section 4).
 
-The arithmetic lives in C++ (cpp/winrs/plan.cc) so that the planner and the FFI handlers that validate its
-output share one implementation; this module decides whether a layer is eligible at all and presents the plan.
+The arithmetic lives in C++ (cpp/winrs/plan.cc): the FFI call carries only the planner's inputs (padding,
+arithmetic path, SM count, overrides) and each handler derives the same plan from them and its buffer shapes.
+This module decides whether a layer is eligible at all, which arithmetic path its dtype and precision ask for,
+and presents the plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import numpy as np
+from jax import lax
 
 from winrs_jax import _winrs
 from winrs_jax.geometry import ConvSpec
@@ -18,6 +22,32 @@ from winrs_jax.geometry import ConvSpec
 # The device the default plan is made for when no GPU is visible: an H100 SXM. The CPU handler then runs
 # exactly the plan an H100 would.
 REFERENCE_SM_COUNT = 132
+
+# The arithmetic paths of cpp/winrs/paths.h, by index, and what they mean in plain words.
+PATHS = tuple(p["name"] for p in _winrs.paths())
+PATH_DESCRIPTIONS = {
+    "fp32": "float32 on CUDA cores",
+    "tf32x3": "float32-accurate split TF32 on tensor cores (3 products per operand pair)",
+    "tf32": "TF32 on tensor cores (10-bit mantissa operands, float32 accumulation)",
+    "bf16": "bfloat16 on tensor cores, float32 transforms and accumulation",
+    "fp16": "float16 on tensor cores, float32 transforms and accumulation",
+}
+# Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
+_DTYPE_PATHS = {
+    np.dtype(np.float32): ("fp32", "tf32x3", "tf32"),
+    np.dtype(jax.numpy.bfloat16): ("bf16",),
+    np.dtype(np.float16): ("fp16",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelShape:
+    """How a variant runs on one arithmetic path (cpp/winrs/variants.h)."""
+
+    block_oc: int
+    block_ic: int
+    gemm_tflops: float
+    blocks_per_sm: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,10 +59,7 @@ class Variant:
     r: int
     alpha: int
     alpha_class: int
-    block_oc: int
-    block_ic: int
-    gemm_efficiency: float
-    blocks_per_sm: int
+    shapes: dict[str, KernelShape]
 
     @property
     def name(self) -> str:
@@ -42,7 +69,11 @@ class Variant:
 @functools.cache
 def variants() -> tuple[Variant, ...]:
     """The 13 WinRS kernel variants, from the C++ table that drives kernels, planner and tests."""
-    return tuple(Variant(index=i, **v) for i, v in enumerate(_winrs.variants()))
+    out = []
+    for i, v in enumerate(_winrs.variants()):
+        shapes = {name: KernelShape(*shape) for name, shape in zip(PATHS, v.pop("shapes"), strict=True)}
+        out.append(Variant(index=i, shapes=shapes, **v))
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +83,19 @@ class PlannerOptions:
     sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
     segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments).
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
+    path: force the arithmetic path, one of PATHS that the dtype allows: "fp32", "tf32x3" or "tf32" for
+        float32, "bf16" for bfloat16, "fp16" for float16. By default float32 follows `precision` as XLA does on
+        the platform (see resolve_path).
     """
 
     sm_count: int | None = None
     segments: int | None = None
     kernels: tuple[int, int] | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernels is not None:  # hashable, whatever sequence was given
+            object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +110,10 @@ class Plan:
     filter_hw: tuple[int, int] = (0, 0)
     channels: tuple[int, int] = (0, 0)  # (input, output)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, bottom, left, right
+    path: str = "fp32"
     sm_count: int = 0
+    forced_segments: int = 0
+    forced_kernels: tuple[int, int] = (-1, -1)
     variant0: int = -1
     variant1: int = -1
     width0: int = 0
@@ -81,6 +123,7 @@ class Plan:
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
+    predicted_seconds: float = 0.0
 
     @property
     def kernels(self) -> tuple[Variant, ...]:
@@ -100,12 +143,12 @@ class Plan:
         return (self.channels[1], *self.filter_hw, self.channels[0])
 
     def ffi_attributes(self) -> dict[str, int]:
+        """The planner's inputs, from which the handler derives this same plan (cpp/ffi/launch.h)."""
         top, bottom, left, right = self.pads
-        seg_h = self.segment_shape[0]
         return dict(
-            pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
-            variant0=self.variant0, variant1=self.variant1, seg_rows=self.segment_rows, seg_h=seg_h,
-            seg_w=self.segment_shape[1], width0=self.width0,
+            pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
+            sm_count=self.sm_count, segments=self.forced_segments, variant0=self.forced_kernels[0],
+            variant1=self.forced_kernels[1],
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -117,6 +160,7 @@ class Plan:
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",
+            f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
             + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else ""),
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
@@ -141,6 +185,71 @@ def default_sm_count() -> int:
     return REFERENCE_SM_COUNT
 
 
+def _operand_precisions(precision: Any) -> tuple[lax.Precision, lax.Precision]:
+    """lax's precision argument (or jax_default_matmul_precision when None) as (lhs, rhs) Precisions."""
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+        if precision is None:
+            return (lax.Precision.DEFAULT, lax.Precision.DEFAULT)
+    pair = precision if isinstance(precision, tuple) else (precision, precision)
+    out = []
+    for p in pair:
+        try:
+            out.append(p if isinstance(p, lax.Precision) else lax.Precision(p))
+        except (TypeError, ValueError):  # an algorithm preset: take the most accurate reading
+            out.append(lax.Precision.HIGHEST)
+    return (out[0], out[1])
+
+
+def _float32_paths(precision: Any) -> tuple[str, ...]:
+    """The float32 paths that keep the accuracy `precision` asks for, as XLA reads it on this platform.
+
+    XLA's GPU convolutions use TF32 tensor cores for float32 only when both operand precisions are DEFAULT
+    (HIGH and HIGHEST run in FP32); its CPU convolutions always run in FP32. WinRS does the same: TF32 at
+    DEFAULT on a GPU, otherwise an FP32-accurate path (CUDA-core FP32 or split TF32, whichever the cost
+    model predicts faster; the CPU emulates split TF32 at three times the cost, so it uses FP32)."""
+    if jax.default_backend() != "gpu":
+        return ("fp32",)
+    if _operand_precisions(precision) == (lax.Precision.DEFAULT, lax.Precision.DEFAULT):
+        return ("tf32",)
+    return ("fp32", "tf32x3")
+
+
+def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[tuple[str, ...], str]:
+    """The candidate paths for an input dtype and precision, or () and the reason WinRS cannot run it."""
+    dtype = np.dtype(dtype)
+    allowed = _DTYPE_PATHS.get(dtype)
+    if allowed is None:
+        return (), f"dtype {dtype.name}: WinRS has float32, bfloat16 and float16 kernels"
+    if options.path is not None:
+        if options.path not in PATHS:
+            raise ValueError(f"PlannerOptions.path must be one of {PATHS}, got {options.path!r}")
+        if options.path not in allowed:
+            raise ValueError(
+                f"PlannerOptions.path {options.path!r} cannot run {dtype.name} inputs; use {allowed}"
+            )
+        return (options.path,), ""
+    return (_float32_paths(precision) if dtype == np.float32 else allowed), ""
+
+
+def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
+    """Why WinRS cannot compute this layer's filter gradient, or ""."""
+    preferred = spec.preferred_element_type
+    if preferred not in (None, np.dtype(np.float32), dtype):
+        return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
+    if spec.feature_group_count != 1 or spec.batch_group_count != 1:
+        return "grouped convolution (feature_group_count or batch_group_count > 1)"
+    if any(s != 1 for s in spec.window_strides):
+        return f"window strides {spec.window_strides}: WinRS needs stride 1"
+    if any(d != 1 for d in spec.lhs_dilation):
+        return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
+    if any(d != 1 for d in spec.rhs_dilation):
+        return f"rhs dilation {spec.rhs_dilation} (dilated filter)"
+    if len(spec.window_strides) not in (1, 2):
+        return f"{len(spec.window_strides)}D convolution: WinRS handles 1D and 2D"
+    return ""
+
+
 def make_plan(
     lhs_shape: tuple[int, ...],
     rhs_shape: tuple[int, ...],
@@ -150,24 +259,11 @@ def make_plan(
 ) -> Plan:
     """Plans the filter gradient of a validated convolution, or says why WinRS does not handle it."""
     options = options or PlannerOptions()
-    rank = len(lhs_shape) - 2
-    reason = ""
-    if np.dtype(dtype) != np.float32:
-        reason = f"dtype {np.dtype(dtype).name}: the WinRS kernels are float32 only for now"
-    elif spec.preferred_element_type not in (None, np.dtype(np.float32)):
-        reason = f"preferred_element_type {spec.preferred_element_type}: the WinRS kernels produce float32"
-    elif spec.feature_group_count != 1 or spec.batch_group_count != 1:
-        reason = "grouped convolution (feature_group_count or batch_group_count > 1)"
-    elif any(s != 1 for s in spec.window_strides):
-        reason = f"window strides {spec.window_strides}: WinRS needs stride 1"
-    elif any(d != 1 for d in spec.lhs_dilation):
-        reason = f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
-    elif any(d != 1 for d in spec.rhs_dilation):
-        reason = f"rhs dilation {spec.rhs_dilation} (dilated filter)"
-    elif rank not in (1, 2):
-        reason = f"{rank}D convolution: WinRS handles 1D and 2D"
+    paths, reason = resolve_paths(dtype, spec.precision, options)
+    reason = reason or _unsupported(spec, np.dtype(dtype))
     if reason:
         return Plan(supported=False, reason=reason)
+    rank = len(lhs_shape) - 2
 
     dn = spec.dimension_numbers
     batch, in_c = lhs_shape[dn.lhs_spec[0]], lhs_shape[dn.lhs_spec[1]]
@@ -178,11 +274,17 @@ def make_plan(
     if rank == 1:  # a 1D convolution is a 2D one of height 1
         in_hw, filter_hw, pads = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads]
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
-    return plan_canonical(
-        batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat, options
-    )
+    plans = [
+        plan_canonical(
+            batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat, path, options
+        )
+        for path in paths
+    ]
+    supported = [p for p in plans if p.supported]
+    return min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
 
 
+@functools.lru_cache(maxsize=4096)
 def plan_canonical(
     batch: int,
     input_hw: tuple[int, int],
@@ -190,22 +292,25 @@ def plan_canonical(
     out_c: int,
     filter_hw: tuple[int, int],
     pads: tuple[int, int, int, int],
+    path: str,
     options: PlannerOptions | None = None,
 ) -> Plan:
-    """The plan of a float32 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups."""
+    """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
+    arithmetic path. Cached: a layer is planned once per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()
+    forced_segments = options.segments or 0
+    forced_kernels = tuple(options.kernels) if options.kernels else (-1, -1)
     raw = _winrs.make_plan(
         batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
-        sm_count=sm_count, segments=options.segments or 0,
-        variant0=options.kernels[0] if options.kernels else -1,
-        variant1=options.kernels[1] if options.kernels else -1,
+        path=PATHS.index(path), sm_count=sm_count, segments=forced_segments, variant0=forced_kernels[0],
+        variant1=forced_kernels[1],
     )  # fmt: skip
     if not raw["supported"]:
-        return Plan(supported=False, reason=raw["reason"])
+        return Plan(supported=False, reason=raw["reason"], path=path)
     return Plan(
         supported=True,
         reason="",
@@ -215,7 +320,10 @@ def plan_canonical(
         filter_hw=filter_hw,
         channels=(in_c, out_c),
         pads=pads,
+        path=path,
         sm_count=sm_count,
+        forced_segments=forced_segments,
+        forced_kernels=(forced_kernels[0], forced_kernels[1]),
         variant0=raw["variant0"],
         variant1=raw["variant1"],
         width0=raw["width0"],
@@ -225,4 +333,5 @@ def plan_canonical(
         segment_rows=raw["seg_rows"],
         segment_shape=(raw["seg_h"], raw["seg_w"]),
         workspace_elems=raw["workspace_elems"],
+        predicted_seconds=raw["predicted_seconds"],
     )

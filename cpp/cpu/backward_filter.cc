@@ -2,38 +2,61 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "cpu/lanes.h"
+#include "winrs/numeric.h"
 #include "winrs/reduction.h"
+#include "winrs/schedule.h"
 #include "winrs/tile.h"
 #include "winrs/variants.h"
 
 namespace winrs::cpu {
 namespace {
 
-// CPU cache block: 64 output x 64 input channels per work item, 16 units per batched-GEMM step, and a 4 x 16
-// register tile in the GEMM. Unrelated to the GPU's B_N x B_M; the plan (segments, kernels, buckets) is
-// shared.
+// CPU cache block: 64 output x 64 input channels per work tile, 16 units per batched-GEMM step, and a 4 x 16
+// register tile in the GEMM. Unrelated to the GPU's B_N x B_M; the plan (segments, kernels, buckets) and the
+// decomposition into work tiles (winrs/schedule.h) are shared.
 constexpr int kBlockOc = 64, kBlockIc = 64, kUnitsPerStep = 16;
 constexpr int kLanes = 16, kMicroOc = 4;
 using Vec = Lanes<kLanes>;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// One element of X or dY in the path's storage type, as a float (exact).
+template <Storage S>
+float load_element(const void* base, int64_t index) {
+  if constexpr (S == Storage::kF32) {
+    return static_cast<const float*>(base)[index];
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const char*>(base) + 2 * index, 2);
+    return S == Storage::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+  }
+}
 
-Vec load_lanes(const float* src, int valid) {
+template <Storage S>
+Vec load_lanes(const void* base, int64_t index, int valid) {
   Vec v(0.0);
-  for (int l = 0; l < std::min(valid, kLanes); ++l) v.v[l] = src[l];
+  for (int l = 0; l < std::min(valid, kLanes); ++l) v.v[l] = load_element<S>(base, index + l);
   return v;
 }
 
-struct ItemContext {
-  const Problem* p;
-  const Buffers* b;
-  Segment seg;
-  float* bucket;
-  bool accumulate;  // kernel 1 adds into the bucket kernel 0 wrote (segments.h)
+// Transformed tiles of one step as GEMM operands: `high` holds the operand rounded to the path's type;
+// for split TF32, `low` holds the TF32 remainder.
+struct Operands {
+  std::vector<float> high, low;
+  Operands(size_t size, bool split) : high(size, 0.0f), low(split ? size : 0, 0.0f) {}
+
+  void set(Operand op, size_t i, float value) {
+    if (op == Operand::kTF32Split) {
+      const SplitTf32 s = split_tf32(value);
+      high[i] = s.high;
+      low[i] = s.low;
+    } else {
+      high[i] = round_operand(op, value);
+    }
+  }
 };
 
 // M[oc][ic] += sum_k Wt[k][oc] * Xt[k][ic] for one alpha slice of the batched GEMM (Algorithm 3, line 10).
@@ -55,129 +78,148 @@ void gemm_step(float* m, const float* wt, const float* xt, int units, int oc_end
   }
 }
 
-// One work item: filter row fh, filter-gradient tile `tile` (columns f0..f0+n), one channel block, one
-// segment.
-template <int V>
-void run_item(const ItemContext& c, int64_t fh, int64_t tile, int64_t oc0, int64_t ic0) {
+struct TileContext {
+  const Problem* p;
+  const void* input;
+  const void* out_grad;
+  float* bucket;
+  bool accumulate;  // kernel 1 adds into the bucket kernel 0 wrote (segments.h)
+};
+
+// One work tile: filter row fh, filter-gradient columns f0..f0+n, one channel block, one segment.
+template <int V, Path P>
+void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
   using Tile = TileMath<V>;
   constexpr int alpha = Tile::alpha, n = Tile::n, r = Tile::r;
+  constexpr Storage S = path_info(P).storage;
+  constexpr Operand op = path_info(P).operand;
+  constexpr bool split = op == Operand::kTF32Split;
   const Problem& p = *c.p;
-  const int noc = int(std::min<int64_t>(kBlockOc, p.out_c - oc0));
-  const int nic = int(std::min<int64_t>(kBlockIc, p.in_c - ic0));
-  const int oc_end = int(ceil_div(noc, kMicroOc) * kMicroOc), ic_end = int(ceil_div(nic, kLanes) * kLanes);
-  const int64_t f0 = tile * n;
+  const int noc = int(std::min<int64_t>(kBlockOc, p.out_c - t.oc0));
+  const int nic = int(std::min<int64_t>(kBlockIc, p.in_c - t.ic0));
+  const int oc_end = (noc + kMicroOc - 1) / kMicroOc * kMicroOc, ic_end = (nic + kLanes - 1) / kLanes * kLanes;
 
-  const RowRange rows = clip_rows(c.seg.h_begin, c.seg.h_end, int(fh), int(p.pad_top), int(p.in_h));
-  const int64_t units_per_row = (c.seg.w_end - c.seg.w_begin) / r;
-  const int64_t units_per_image = int64_t(rows.end - rows.begin) * units_per_row;
-  const int64_t units = p.batch * units_per_image;
+  const UnitWalk walk = make_unit_walk(p, seg, t.fh, r);
+  const int units = walk.units();
 
   std::vector<float> m(size_t(alpha) * kBlockOc * kBlockIc, 0.0f);
-  std::vector<float> wt(size_t(alpha) * kUnitsPerStep * kBlockOc, 0.0f);
-  std::vector<float> xt(size_t(alpha) * kUnitsPerStep * kBlockIc, 0.0f);
+  Operands wt(size_t(alpha) * kUnitsPerStep * kBlockOc, split), xt(size_t(alpha) * kUnitsPerStep * kBlockIc, split);
 
-  for (int64_t first = 0; first < units; first += kUnitsPerStep) {
-    const int step = int(std::min<int64_t>(kUnitsPerStep, units - first));
-    for (int k = 0; k < step; ++k) {
-      const int64_t u = first + k;
-      const int64_t image = u / units_per_image, within = u % units_per_image;
-      const int64_t oh = rows.begin + within / units_per_row;
-      const int64_t w0 = c.seg.w_begin + (within % units_per_row) * r;
+  UnitCursor u;
+  u.start(0, walk);
+  for (int first = 0; first < units; first += kUnitsPerStep) {
+    const int step = std::min(kUnitsPerStep, units - first);
+    for (int k = 0; k < step; ++k, u.advance(1, walk)) {
+      const int64_t oh = u.out_row(walk), w0 = u.out_col(walk);
 
       // Filter transform of the output-gradient unit dY[image, oh, w0 .. w0+r).
-      const float* grad = c.b->out_grad + ((image * p.out_h + oh) * p.out_w + w0) * p.out_c + oc0;
+      const int64_t grad = ((u.image * p.out_h + oh) * p.out_w + w0) * p.out_c + t.oc0;
       for (int oc = 0; oc < noc; oc += kLanes) {
-        Vec w[r], t[alpha];
-        for (int q = 0; q < r; ++q) w[q] = load_lanes(grad + q * p.out_c + oc, noc - oc);
-        Tile::filter(w, t);
+        Vec w[r], tr[alpha];
+        for (int q = 0; q < r; ++q) w[q] = load_lanes<S>(c.out_grad, grad + q * p.out_c + oc, noc - oc);
+        Tile::filter(w, tr);
         for (int i = 0; i < alpha; ++i)
-          std::copy_n(t[i].v, std::min(kLanes, noc - oc),
-                      &wt[(size_t(i) * kUnitsPerStep + k) * kBlockOc + oc]);
+          for (int l = 0; l < std::min(kLanes, noc - oc); ++l)
+            wt.set(op, (size_t(i) * kUnitsPerStep + k) * kBlockOc + oc + l, tr[i].v[l]);
       }
 
       // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha).
-      const int64_t ih = oh + fh - p.pad_top;
-      const float* row = c.b->input + (image * p.in_h + ih) * p.in_w * p.in_c + ic0;
+      const int64_t row = (u.image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
       for (int ic = 0; ic < nic; ic += kLanes) {
-        Vec x[alpha], t[alpha];
+        Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {
-          const int col = input_column(int(w0), int(f0), e, int(p.pad_left));
-          x[e] = column_in_bounds(col, int(p.in_w)) ? load_lanes(row + int64_t(col) * p.in_c + ic, nic - ic)
+          const int col = input_column(int(w0), t.f0, e, int(p.pad_left));
+          x[e] = column_in_bounds(col, int(p.in_w)) ? load_lanes<S>(c.input, row + int64_t(col) * p.in_c + ic, nic - ic)
                                                     : Vec(0.0);
         }
-        Tile::input(x, t);
+        Tile::input(x, tr);
         for (int i = 0; i < alpha; ++i)
-          std::copy_n(t[i].v, std::min(kLanes, nic - ic),
-                      &xt[(size_t(i) * kUnitsPerStep + k) * kBlockIc + ic]);
+          for (int l = 0; l < std::min(kLanes, nic - ic); ++l)
+            xt.set(op, (size_t(i) * kUnitsPerStep + k) * kBlockIc + ic + l, tr[i].v[l]);
       }
     }
-    for (int i = 0; i < alpha; ++i)
-      gemm_step(&m[size_t(i) * kBlockOc * kBlockIc], &wt[size_t(i) * kUnitsPerStep * kBlockOc],
-                &xt[size_t(i) * kUnitsPerStep * kBlockIc], step, oc_end, ic_end);
+    for (int i = 0; i < alpha; ++i) {
+      float* slice = &m[size_t(i) * kBlockOc * kBlockIc];
+      const size_t w_at = size_t(i) * kUnitsPerStep * kBlockOc, x_at = size_t(i) * kUnitsPerStep * kBlockIc;
+      if constexpr (split) {  // the small products first, as the tensor-core kernels issue them
+        gemm_step(slice, &wt.low[w_at], &xt.high[x_at], step, oc_end, ic_end);
+        gemm_step(slice, &wt.high[w_at], &xt.low[x_at], step, oc_end, ic_end);
+      }
+      gemm_step(slice, &wt.high[w_at], &xt.high[x_at], step, oc_end, ic_end);
+    }
   }
 
   // Output transform into this segment's bucket.
   for (int oc = 0; oc < noc; ++oc) {
     for (int ic = 0; ic < nic; ic += kLanes) {
       Vec acc[alpha], y[n];
-      for (int i = 0; i < alpha; ++i)
-        acc[i] = load_lanes(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes);
+      for (int i = 0; i < alpha; ++i) std::copy_n(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes, acc[i].v);
       Tile::output(acc, y);
       for (int j = 0; j < n; ++j) {
-        float* dst = c.bucket + (((oc0 + oc) * p.filter_h + fh) * p.filter_w + f0 + j) * p.in_c + ic0 + ic;
-        for (int l = 0; l < std::min(kLanes, nic - ic); ++l)
-          dst[l] = c.accumulate ? dst[l] + y[j].v[l] : y[j].v[l];
+        float* dst = c.bucket + (((t.oc0 + oc) * p.filter_h + t.fh) * p.filter_w + t.f0 + j) * p.in_c + t.ic0 + ic;
+        for (int l = 0; l < std::min(kLanes, nic - ic); ++l) dst[l] = c.accumulate ? dst[l] + y[j].v[l] : y[j].v[l];
       }
     }
   }
 }
 
-using ItemFn = void (*)(const ItemContext&, int64_t, int64_t, int64_t, int64_t);
+using TileFn = void (*)(const TileContext&, const Segment&, const WorkTile&);
 
-template <int... Vs>
-constexpr auto make_item_table(std::integer_sequence<int, Vs...>) {
-  return std::array<ItemFn, sizeof...(Vs)>{&run_item<Vs>...};
+template <Path P, int... Vs>
+constexpr auto make_tile_table(std::integer_sequence<int, Vs...>) {
+  return std::array<TileFn, sizeof...(Vs)>{&run_tile<Vs, P>...};
 }
-constexpr auto kItemFns = make_item_table(std::make_integer_sequence<int, kNumVariants>{});
 
-}  // namespace
+template <int... Ps>
+constexpr auto make_path_table(std::integer_sequence<int, Ps...>) {
+  return std::array<std::array<TileFn, kNumVariants>, sizeof...(Ps)>{
+      make_tile_table<static_cast<Path>(Ps)>(std::make_integer_sequence<int, kNumVariants>{})...};
+}
+constexpr auto kTileFns = make_path_table(std::make_integer_sequence<int, kNumPaths>{});
 
-void backward_filter(const Problem& p, int variant0, int variant1, const SegmentGrid& grid, const Buffers& b,
-                     const ParallelFor& parallel_for) {
-  const int64_t oc_blocks = ceil_div(p.out_c, kBlockOc), ic_blocks = ceil_div(p.in_c, kBlockIc);
+size_t storage_bytes(Path path) { return path_info(path).storage == Storage::kF32 ? 4 : 2; }
+
+void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor& parallel_for) {
+  const Problem& p = op.problem;
+  const Plan& plan = op.plan;
   const int64_t bucket_elems = p.filter_elems();
 
   // Kernel 0's segments write their buckets; then kernel 1's segments add into theirs (segments.h), in the
   // same order as the two GPU launches.
   for (int kernel = 0; kernel < 2; ++kernel) {
-    const int variant = kernel == 0 ? variant0 : variant1;
-    std::vector<int> segments;
-    for (int z = 0; z < grid.count(); ++z)
-      if (grid.segment(z).kernel == kernel) segments.push_back(z);
-    const int64_t tiles = p.filter_w / kVariants[variant].n;
-    const int64_t items_per_segment = p.filter_h * tiles * oc_blocks * ic_blocks;
-    parallel_for(int64_t(segments.size()) * items_per_segment, [&](int64_t item) {
-      const int z = segments[size_t(item / items_per_segment)];
-      const int bucket = grid.bucket(z);
-      ItemContext c{&p, &b, grid.segment(z),
-                    bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems, kernel == 1};
-      int64_t local = item % items_per_segment;
-      const int64_t icb = local % ic_blocks;
-      local /= ic_blocks;
-      const int64_t ocb = local % oc_blocks;
-      local /= oc_blocks;
-      kItemFns[variant](c, local / tiles, local % tiles, ocb * kBlockOc, icb * kBlockIc);
+    const int variant = kernel == 0 ? plan.variant0 : plan.variant1;
+    const TileScheduler scheduler = make_scheduler(p, plan.grid, kernel, kVariants[variant].n, kBlockOc, kBlockIc);
+    const TileFn fn = kTileFns[static_cast<int>(plan.path)][variant];
+    parallel_for(scheduler.count(), [&](int64_t index) {
+      const WorkTile t = scheduler.tile(index);
+      const int bucket = plan.grid.bucket(t.segment);
+      const TileContext c{&p, b.input, b.out_grad,
+                          bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems, kernel == 1};
+      fn(c, plan.grid.segment(t.segment), t);
     });
   }
 
-  const int buckets = grid.buckets();
+  const int buckets = plan.grid.buckets();
   if (buckets > 1) {
     constexpr int64_t kChunk = 4096;
-    parallel_for(ceil_div(bucket_elems, kChunk), [&](int64_t chunk) {
+    parallel_for((bucket_elems + kChunk - 1) / kChunk, [&](int64_t chunk) {
       const int64_t end = std::min(bucket_elems, (chunk + 1) * kChunk);
       for (int64_t e = chunk * kChunk; e < end; ++e)
         b.filter_grad[e] = kahan_bucket_sum(b.filter_grad, b.workspace, bucket_elems, buckets, e);
     });
+  }
+}
+
+}  // namespace
+
+void backward_filter(const BackwardFilterOp& op, const Buffers& b, const ParallelFor& parallel_for) {
+  const Problem& p = op.problem;
+  const size_t element = storage_bytes(op.plan.path);
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const Buffers group{static_cast<const char*>(b.input) + g * p.input_elems() * element,
+                        static_cast<const char*>(b.out_grad) + g * p.grad_elems() * element,
+                        b.filter_grad + g * p.filter_elems(), b.workspace + g * op.plan.workspace_elems};
+    run_problem(op, group, parallel_for);
   }
 }
 

@@ -19,15 +19,22 @@ ffi::Error cuda_error(const char* what, cudaError_t e) {
   return ffi::Error::Internal(std::string("winrs_backward_filter: ") + what + ": " + cudaGetErrorString(e));
 }
 
-ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32> input,
-                                ffi::Buffer<ffi::F32> out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
-                                ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
-  Launch launch;
-  const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
+ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
+                                PlanAttrs attrs) {
+  BackwardFilterOp op;
+  const std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op);
   if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+  if (op.plan.path != Path::kFp32) return ffi::Error::InvalidArgument("winrs_backward_filter: path not built");
+  struct {
+    Problem problem;
+    SegmentGrid grid;
+    int variant0, variant1;
+    int64_t groups;
+  } launch{op.problem, op.plan.grid, op.plan.variant0, op.plan.variant1, op.groups};
 
-  cuda::OmegaArgs args{input.typed_data(),
-                       out_grad.typed_data(),
+  cuda::OmegaArgs args{static_cast<const float*>(input.untyped_data()),
+                       static_cast<const float*>(out_grad.untyped_data()),
                        filter_grad->typed_data(),
                        workspace->typed_data(),
                        launch.problem,
@@ -57,8 +64,8 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::Buffer<ffi::F32> input
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()),

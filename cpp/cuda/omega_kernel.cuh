@@ -83,7 +83,7 @@ template <int V>
 struct OmegaConfig {
   using Tile = TileMath<V>;
   static constexpr int alpha = Tile::alpha, n = Tile::n, r = Tile::r;
-  static constexpr int block_oc = kVariants[V].block_oc, block_ic = kVariants[V].block_ic;
+  static constexpr int block_oc = kVariants[V].shape(Path::kFp32).block_oc, block_ic = kVariants[V].shape(Path::kFp32).block_ic;
   // Each alpha slice of the batched GEMM belongs to kThreads / alpha threads (section 5.1), each computing a
   // thread_oc x thread_ic tile of the slice.
   static constexpr int slice_threads = kThreads / alpha;
@@ -118,7 +118,7 @@ struct OmegaConfig {
 };
 
 template <int V>
-__global__ void __launch_bounds__(kThreads, kVariants[V].blocks_per_sm) omega_kernel(OmegaArgs args) {
+__global__ void __launch_bounds__(kThreads, kVariants[V].shape(Path::kFp32).blocks_per_sm) omega_kernel(OmegaArgs args) {
   using C = OmegaConfig<V>;
   using Tile = typename C::Tile;
   constexpr int alpha = C::alpha, n = C::n, r = C::r, BN = C::block_oc, BM = C::block_ic;

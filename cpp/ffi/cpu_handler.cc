@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,69 +21,87 @@ namespace {
 
 // Work sharing on XLA's intra-op thread pool. The calling thread works too, and waits only for the items to
 // finish (not for the scheduled tasks to start), so a busy pool can never deadlock the call. Without a pool,
-// plain threads are used.
-cpu::ParallelFor make_parallel_for(ffi::ThreadPool& pool) {
-  return [&pool](int64_t count, const std::function<void(int64_t)>& body) {
-    int64_t workers = pool.num_threads();
-    const bool have_pool = workers > 0;
-    if (!have_pool) workers = std::max(1u, std::thread::hardware_concurrency());
-    workers = std::min(workers, count);
-    if (workers <= 1) {
-      for (int64_t i = 0; i < count; ++i) body(i);
-      return;
-    }
+// plain threads are used. Exceptions never leave a worker: the first one is kept, the remaining items are
+// skipped, and `error` receives its message once every item has finished (nothing still uses `body`).
+struct Pool {
+  ffi::ThreadPool* pool;
+  std::string* error;
+
+  void operator()(int64_t count, const std::function<void(int64_t)>& body) const {
     struct State {
       std::atomic<int64_t> next{0}, done{0};
+      std::atomic<bool> failed{false};
       int64_t count = 0;
       const std::function<void(int64_t)>* body = nullptr;
       std::mutex mutex;
       std::condition_variable finished;
+      std::string message;
     };
     auto state = std::make_shared<State>();
     state->count = count;
     state->body = &body;
-    auto work = [state] {
+    auto work = [state]() noexcept {
       for (int64_t i; (i = state->next.fetch_add(1)) < state->count;) {
-        (*state->body)(i);
+        if (!state->failed.load()) {
+          try {
+            (*state->body)(i);
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(state->mutex);
+            if (!state->failed.exchange(true)) state->message = e.what();
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(state->mutex);
+            if (!state->failed.exchange(true)) state->message = "unknown error";
+          }
+        }
         if (state->done.fetch_add(1) + 1 == state->count) {
           std::lock_guard<std::mutex> lock(state->mutex);
           state->finished.notify_all();
         }
       }
     };
+    int64_t workers = pool->num_threads();
+    const bool have_pool = workers > 0;
+    if (!have_pool) workers = std::max(1u, std::thread::hardware_concurrency());
+    workers = std::min(workers, count);
     std::vector<std::thread> threads;
     for (int64_t t = 1; t < workers; ++t) {
-      if (have_pool) {
-        pool.Schedule([work] { work(); });
-      } else {
-        threads.emplace_back(work);
+      try {
+        if (have_pool) {
+          pool->Schedule([work] { work(); });
+        } else {
+          threads.emplace_back(work);
+        }
+      } catch (...) {
+        break;  // fewer helpers; the calling thread still finishes every item
       }
     }
     work();
-    std::unique_lock<std::mutex> lock(state->mutex);
-    state->finished.wait(lock, [&] { return state->done.load() == count; });
-    lock.unlock();
+    {
+      std::unique_lock<std::mutex> lock(state->mutex);
+      state->finished.wait(lock, [&] { return state->done.load() >= count; });
+    }
     for (std::thread& t : threads) t.join();
-  };
-}
+    if (state->failed.load() && error->empty()) *error = state->message;
+  }
+};
 
-ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> input,
-                               ffi::Buffer<ffi::F32> out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
-                               ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
-  Launch launch;
-  const std::string error = decode_launch(input, out_grad, filter_grad, workspace, attrs, &launch);
-  if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                               ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
+                               PlanAttrs attrs) {
   try {
-    const Problem& p = launch.problem;
-    const int64_t workspace_elems = (launch.grid.buckets() - 1) * p.filter_elems();
-    for (int64_t g = 0; g < launch.groups; ++g)
-      cpu::backward_filter(
-          p, launch.variant0, launch.variant1, launch.grid,
-          {input.typed_data() + g * p.input_elems(), out_grad.typed_data() + g * p.grad_elems(),
-           filter_grad->typed_data() + g * p.filter_elems(), workspace->typed_data() + g * workspace_elems},
-          make_parallel_for(pool));
+    BackwardFilterOp op;
+    if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
+      return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+    std::string error;
+    cpu::backward_filter(op,
+                         {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                          workspace->typed_data()},
+                         Pool{&pool, &error});
+    if (!error.empty()) return ffi::Error::Internal("winrs_backward_filter: " + error);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
+  } catch (...) {
+    return ffi::Error::Internal("winrs_backward_filter: unknown error");
   }
   return ffi::Error::Success();
 }
@@ -93,8 +112,8 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> input
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_cpu,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()));

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "ffi/handlers.h"
-#include "winrs/plan.h"
+#include "winrs/numeric.h"
+#include "winrs/operator.h"
+#include "winrs/paths.h"
 #include "winrs/tile.h"
 #include "winrs/transforms.h"
 #include "winrs/variants.h"
@@ -74,6 +76,18 @@ NB_MODULE(_winrs, m) {
     return d;
   });
 
+  m.def("paths", [] {
+    nb::list out;
+    for (const winrs::PathInfo& p : winrs::kPaths) {
+      nb::dict d;
+      d["name"] = p.name;
+      d["tensor_cores"] = p.tensor_cores;
+      d["units_per_step"] = p.units_per_step;
+      out.append(d);
+    }
+    return out;
+  });
+
   m.def("variants", [] {
     nb::list out;
     for (const winrs::Variant& v : winrs::kVariants) {
@@ -82,12 +96,22 @@ NB_MODULE(_winrs, m) {
       d["r"] = v.r;
       d["alpha"] = v.alpha();
       d["alpha_class"] = v.alpha_class();
-      d["block_oc"] = v.block_oc;
-      d["block_ic"] = v.block_ic;
-      d["gemm_efficiency"] = v.gemm_efficiency;
-      d["blocks_per_sm"] = v.blocks_per_sm;
+      nb::list shapes;
+      for (const winrs::KernelShape& k : v.shapes)
+        shapes.append(nb::make_tuple(k.block_oc, k.block_ic, k.gemm_tflops, k.blocks_per_sm));
+      d["shapes"] = shapes;
       out.append(d);
     }
+    return out;
+  });
+
+  // The operand rounding of a path applied to float32 values (for the tests of winrs/numeric.h).
+  m.def("round_operand", [](int path, const std::vector<float>& values) {
+    if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
+    const winrs::Operand op = winrs::kPaths[path].operand;
+    std::vector<float> out;
+    for (float v : values) out.push_back(op == winrs::Operand::kTF32Split ? winrs::split_tf32(v).high
+                                                                            : winrs::round_operand(op, v));
     return out;
   });
 
@@ -111,14 +135,19 @@ NB_MODULE(_winrs, m) {
       "make_plan",
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
-         int64_t pad_right, int sm_count, int segments, int variant0, int variant1) {
-        const winrs::Problem p{batch,    in_h,     in_w,    in_c,       out_h,    out_w,    out_c,
-                               filter_h, filter_w, pad_top, pad_bottom, pad_left, pad_right};
-        const winrs::Plan plan =
-            winrs::make_plan(p, winrs::PlanOptions{sm_count, segments, variant0, variant1});
+         int64_t pad_right, int path, int sm_count, int segments, int variant0, int variant1) {
+        if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
+        winrs::Shapes shapes{{batch, in_h, in_w, in_c},
+                             {batch, out_h, out_w, out_c},
+                             {out_c, filter_h, filter_w, in_c},
+                             {pad_top, pad_bottom, pad_left, pad_right}};
+        winrs::BackwardFilterOp op;
+        const std::string error = winrs::make_backward_filter(
+            shapes, winrs::PlanOptions{static_cast<winrs::Path>(path), sm_count, segments, variant0, variant1}, &op);
+        const winrs::Plan& plan = op.plan;
         nb::dict d;
-        d["supported"] = plan.supported;
-        d["reason"] = plan.reason;
+        d["supported"] = error.empty();
+        d["reason"] = error;
         d["variant0"] = plan.variant0;
         d["variant1"] = plan.variant1;
         d["segments"] = plan.segments;
@@ -129,11 +158,12 @@ NB_MODULE(_winrs, m) {
         d["width0"] = plan.grid.width0;
         d["workspace_elems"] = plan.workspace_elems;
         d["baseline_segments"] = plan.baseline_segments;
+        d["predicted_seconds"] = plan.predicted_seconds;
         return d;
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
-      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("sm_count"), nb::arg("segments"),
+      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("sm_count"), nb::arg("segments"),
       nb::arg("variant0") = -1, nb::arg("variant1") = -1);
 
   m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {

@@ -92,7 +92,7 @@ int64_t primary_width(int variant0, int variant1, int64_t out_w) {
   return 0;
 }
 
-KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w) {
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path) {
   KernelPair best;
   if (!has_winograd_divisor(filter_w)) return best;
   double best_cost = std::numeric_limits<double>::infinity();
@@ -104,8 +104,8 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w) {
       const int64_t width0 = primary_width(v0, v1, out_w);
       if (width0 == 0) continue;
       const int64_t rest = out_w - width0;
-      const double cost =
-          double(width0) / kVariants[v0].relative_speed() + double(rest) / kVariants[v1].relative_speed();
+      const double cost = double(width0) / kVariants[v0].relative_speed(path) +
+                           double(rest) / kVariants[v1].relative_speed(path);
       if (cost < best_cost * (1 - 1e-12)) {
         best_cost = cost;
         best.variant0 = v0;
@@ -118,13 +118,14 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w) {
 }
 
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options) {
-  const Variant& v = kVariants[pair.variant0];
+  const KernelShape& v = kVariants[pair.variant0].shape(options.path);
+  const int n = kVariants[pair.variant0].n;
   const double sm = std::max(1, options.sm_count);
   // Line 1: block counts of forward (b0), backward-data (b1) and backward-filter (b2) convolutions.
   const double b0 = double(ceil_div(p.batch * p.out_h * p.out_w, 128) * ceil_div(p.out_c, 64));
   const double b1 = double(ceil_div(p.batch * p.in_h * p.in_w, 128) * ceil_div(p.in_c, 64));
   const double b2 =
-      double(ceil_div(p.out_c, v.block_oc) * ceil_div(p.in_c, v.block_ic) * p.filter_h * (p.filter_w / v.n));
+      double(ceil_div(p.out_c, v.block_oc) * ceil_div(p.in_c, v.block_ic) * p.filter_h * (p.filter_w / n));
   double z = (b0 + b1) / (1.45 * b2);
   // Line 2: one segment suffices with two waves of blocks; the workspace stays under kWorkspaceShare of data.
   const double b2_hat = 2 * sm;
@@ -144,11 +145,16 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
 
 Plan make_plan(const Problem& p, const PlanOptions& options) {
   Plan plan;
+  plan.path = options.path;
   if (std::string error = validate_problem(p); !error.empty()) {
     plan.reason = error;
     return plan;
   }
-  KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w);
+  if (options.sm_count < 1) {
+    plan.reason = "the SM count must be positive";
+    return plan;
+  }
+  KernelPair pair = choose_kernel_pair(p.filter_w, p.out_w, options.path);
   if (pair.variant0 < 0) {
     plan.reason = "filter width " + std::to_string(p.filter_w) + " has no divisor in 2..9";
     return plan;
@@ -180,26 +186,12 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   plan.segments = plan.grid.count();
   plan.buckets = plan.grid.buckets();
   plan.workspace_elems = (plan.buckets - 1) * p.filter_elems();
+  const double share0 = double(pair.width0) / double(p.out_w);
+  plan.predicted_seconds = p.direct_flops() * 1e-12 *
+                           (share0 / kVariants[pair.variant0].relative_speed(options.path) +
+                            (1 - share0) / kVariants[pair.variant1].relative_speed(options.path));
   plan.supported = true;
   return plan;
-}
-
-std::string validate_plan(const Problem& p, int variant0, int variant1, const SegmentGrid& g) {
-  if (std::string error = validate_problem(p); !error.empty()) return error;
-  if (variant0 < 0 || variant0 >= kNumVariants || variant1 < 0 || variant1 >= kNumVariants)
-    return "kernel variant index out of range";
-  const Variant &v0 = kVariants[variant0], &v1 = kVariants[variant1];
-  if (p.filter_w % v0.n != 0 || p.filter_w % v1.n != 0)
-    return "kernel output-tile width does not divide the filter width";
-  if (g.out_h != p.out_h || g.out_w != p.out_w)
-    return "segment grid does not match the output-gradient shape";
-  if (g.width0 <= 0 || g.width0 > g.out_w || g.width0 % v0.r != 0)
-    return "primary width must be a positive multiple of r0 within the output-gradient width";
-  if ((g.out_w - g.width0) % v1.r != 0) return "residual width must be a multiple of r1";
-  if (g.seg_w <= 0 || g.seg_w % v0.r != 0) return "segment width must be a positive multiple of r0";
-  if (g.seg_h <= 0 || g.seg_rows <= 0 || int64_t(g.seg_rows) * g.seg_h > g.out_h)
-    return "segment rows do not fit the output-gradient height";
-  return {};
 }
 
 }  // namespace winrs

@@ -5,15 +5,19 @@
 #include <cstdint>
 #include <string>
 
+#include "paths.h"
 #include "problem.h"
 #include "segments.h"
 
 namespace winrs {
 
+// The planner's inputs besides the problem. They are also the FFI call's attributes: each handler derives the
+// same deterministic plan from them and its buffer shapes, so the plan exists in one form only.
 struct PlanOptions {
-  int sm_count = 132;  // streaming multiprocessors of the target GPU (H100 SXM by default)
-  int segments = 0;    // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
-  int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
+  Path path = Path::kFp32;  // arithmetic of the batched GEMM (paths.h)
+  int sm_count = 132;       // streaming multiprocessors of the target GPU (H100 SXM by default)
+  int segments = 0;         // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+  int variant0 = -1;        // >= 0 forces the kernel pair (for tests and kernel tuning)
   int variant1 = -1;
 };
 
@@ -26,6 +30,10 @@ struct Plan {
   int64_t buckets = 0;           // segments of kernel 0; kernel 1 accumulates into them (segments.h)
   int64_t workspace_elems = 0;   // (buckets - 1) x |dW|, float32
   double baseline_segments = 0;  // Z^ after Algorithm 1 (or the forced value)
+  Path path = Path::kFp32;
+  // The cost model's time: direct FLOPs of each kernel's columns over the variant's measured effective
+  // throughput on the path (variants.h). Compares paths of equal accuracy; not a measurement.
+  double predicted_seconds = 0;
 };
 
 // Kernel pair of section 4.1, or variant0 = -1 when the filter width has no divisor in 2..9.
@@ -34,18 +42,15 @@ struct KernelPair {
   int64_t width0 = 0;  // k0 * r0: output-gradient columns run by kernel 0; the rest, k1 * r1, by kernel 1
 };
 
-KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w);
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path);
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
 // Workspace bound: at most this many buckets (the first is dW itself), see kWorkspaceShare in plan.cc.
 int64_t max_buckets(const Problem& p);
+// The plan of a problem, or plan.reason saying why WinRS cannot run it (an inconsistent problem, a filter
+// width without a Winograd divisor, forced options that do not fit). Deterministic.
 Plan make_plan(const Problem& p, const PlanOptions& options);
 std::string validate_problem(const Problem& p);  // empty when the shape is consistent
 
-}  // namespace winrs
-
-namespace winrs {
-// Checks a plan received from outside (the FFI attributes) against the problem; empty when consistent.
-std::string validate_plan(const Problem& p, int variant0, int variant1, const SegmentGrid& grid);
 }  // namespace winrs

@@ -1,0 +1,37 @@
+// The backward-filter operator of one call, in the habit of CUTLASS's device operators: built from the buffer
+// shapes and the planner's inputs, it says whether it can run (the reason when not), how much workspace it
+// needs, and holds the one plan that the CPU executor and the CUDA launcher run. The nanobind planner and both
+// FFI handlers build it the same way, so Python and the handlers cannot disagree about a plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan.h"
+#include "problem.h"
+
+namespace winrs {
+
+struct BackwardFilterOp {
+  Problem problem;
+  Plan plan;
+  // Independent problems of the same shape stacked on leading axes (vmap): each has its own dW and
+  // (buckets - 1) x |dW| of workspace, laid out one after the other.
+  int64_t groups = 1;
+
+  int64_t workspace_elems() const { return groups * plan.workspace_elems; }
+};
+
+struct Shapes {
+  int64_t input[4];        // N x I_H x I_W x I_C
+  int64_t out_grad[4];     // N x O_H x O_W x O_C
+  int64_t filter_grad[4];  // O_C x F_H x F_W x I_C
+  int64_t pads[4];         // top, bottom, left, right
+  int64_t groups = 1;
+};
+
+// can_implement and initialise in one: fills `op` and returns "" when WinRS can run the problem, else the
+// reason (inconsistent shapes, sizes out of range, or what the planner could not plan).
+std::string make_backward_filter(const Shapes& shapes, const PlanOptions& options, BackwardFilterOp* op);
+
+}  // namespace winrs

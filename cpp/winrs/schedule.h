@@ -1,0 +1,103 @@
+// The work decomposition of one kernel of the pair, written once for the CPU executor and the CUDA kernels
+// (paper section 5.1): segment -> work tile -> unit.
+//
+// A work tile is one segment of that kernel, one filter row fh, one filter-gradient tile of n columns and one
+// B_N x B_M block of output x input channels; on the GPU it is one thread block, on the CPU one work item.
+// Input-channel blocks vary fastest so that neighbouring tiles share their dY and X reads in L2.
+// Inside a tile, the units of the segment (r-wide pieces of dY rows that meet real input rows for fh, see
+// clip_rows) are walked batch fastest, then unit column, then row.
+#pragma once
+
+#include "config.h"
+#include "problem.h"
+#include "segments.h"
+#include "tile.h"
+
+namespace winrs {
+
+struct WorkTile {
+  int segment;  // z, an index into the SegmentGrid
+  int fh;       // filter row
+  int f0;       // first filter-gradient column of the tile
+  int oc0, ic0;  // first output and input channel of the block
+};
+
+struct TileScheduler {
+  SegmentGrid grid;
+  int kernel;  // 0: the primary columns of the grid, 1: the residual column
+  int filter_h, tiles_per_row, n;
+  int block_oc, block_ic, oc_blocks, ic_blocks;
+
+  WINRS_HD int segments() const {
+    if (kernel == 0) return grid.seg_rows * grid.primary_cols();
+    return grid.width0 < grid.out_w ? grid.seg_rows : 0;
+  }
+  WINRS_HD long long count() const {
+    return (long long)segments() * filter_h * tiles_per_row * oc_blocks * ic_blocks;
+  }
+  WINRS_HD WorkTile tile(long long index) const {
+    WorkTile t;
+    t.ic0 = int(index % ic_blocks) * block_ic;
+    index /= ic_blocks;
+    t.oc0 = int(index % oc_blocks) * block_oc;
+    index /= oc_blocks;
+    t.f0 = int(index % tiles_per_row) * n;
+    index /= tiles_per_row;
+    t.fh = int(index % filter_h);
+    const int local = int(index / filter_h);
+    const int cols = grid.cols(), primary = grid.primary_cols();
+    t.segment = kernel == 0 ? (local / primary) * cols + local % primary : local * cols + primary;
+    return t;
+  }
+};
+
+WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid& grid, int kernel, int n,
+                                             int block_oc, int block_ic) {
+  return TileScheduler{grid,
+                       kernel,
+                       int(p.filter_h),
+                       int(p.filter_w / n),
+                       n,
+                       block_oc,
+                       block_ic,
+                       int((p.out_c + block_oc - 1) / block_oc),
+                       int((p.in_c + block_ic - 1) / block_ic)};
+}
+
+// The units of one work tile: batch x clipped rows x unit columns of its segment.
+struct UnitWalk {
+  int batch, row_begin, rows, units_per_row, w_begin, r;
+
+  WINRS_HD int units() const { return batch * rows * units_per_row; }
+};
+
+WINRS_HD inline UnitWalk make_unit_walk(const Problem& p, const Segment& seg, int fh, int r) {
+  const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, int(p.pad_top), int(p.in_h));
+  return UnitWalk{int(p.batch), rows.begin, rows.end - rows.begin, (seg.w_end - seg.w_begin) / r, seg.w_begin, r};
+}
+
+// Position of one unit in the walk; advancing needs no integer division in the loop.
+struct UnitCursor {
+  int image, col, row;  // row counts from the first clipped row
+
+  WINRS_HD void start(int unit, const UnitWalk& w) {
+    image = unit % w.batch;
+    col = (unit / w.batch) % w.units_per_row;
+    row = (unit / w.batch) / w.units_per_row;
+  }
+  WINRS_HD void advance(int units, const UnitWalk& w) {
+    image += units;
+    while (image >= w.batch) {
+      image -= w.batch;
+      if (++col == w.units_per_row) {
+        col = 0;
+        ++row;
+      }
+    }
+  }
+  WINRS_HD bool valid(const UnitWalk& w) const { return row < w.rows; }
+  WINRS_HD int out_row(const UnitWalk& w) const { return w.row_begin + row; }  // dY row
+  WINRS_HD int out_col(const UnitWalk& w) const { return w.w_begin + col * w.r; }  // first dY column
+};
+
+}  // namespace winrs
