@@ -50,7 +50,7 @@ def test_bad_input_raises_at_trace_time(call, error, message):
 
 def _attributes(**overrides):
     attrs = dict(
-        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, sm_count=132, segments=1, variant0=-1,
+        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1, variant0=-1,
         variant1=-1,
     )  # fmt: skip
     attrs.update(overrides)

@@ -8,6 +8,7 @@ import pytest
 
 import winrs_jax
 from winrs_jax import _winrs
+from winrs_jax.planner import ACCURACY_BUDGET, plan_canonical
 
 VARIANTS = winrs_jax.variants()
 
@@ -158,14 +159,23 @@ def test_three_d_convolution_falls_back():
     assert not plan.supported and "3D" in plan.reason
 
 
-def test_every_variant_is_reachable_by_the_planner():
-    """Each of the 13 variants is picked as a kernel for some filter width and output width."""
+@pytest.mark.parametrize(
+    "path, reference, alpha_classes",
+    [("fp32", "fp32", {2, 4, 8}), ("fp32", "tf32", {2, 4, 8, 16}), ("tf32x3", "fp32", {2, 4, 8}),
+     ("tf32", "tf32", {2, 4, 8}), ("bf16", "bf16", {2, 4, 8}), ("fp16", "fp16", {2, 4, 8})],
+)  # fmt: skip
+def test_planner_reaches_exactly_the_variants_the_accuracy_budget_admits(path, reference, alpha_classes):
+    """Every admitted variant is picked for some filter and output width; no other ever is. With the measured
+    accuracies, alpha-16 kernels run only on an FP32-accurate path where TF32 accuracy was asked for."""
+    budget = ACCURACY_BUDGET[reference]
+    admitted = {v.index for v in VARIANTS if v.shapes[path].mare <= budget}
+    assert {VARIANTS[i].alpha_class for i in admitted} == alpha_classes
     picked = set()
     for fw, ow in itertools.product(range(2, 19), range(1, 40)):
-        plan = _plan(1, 3, ow + fw - 1, 4, 4, 1, fw, pads=((0, 0), (0, 0)))
+        plan = plan_canonical(1, (3, ow + fw - 1), 4, 4, (1, fw), (0, 0, 0, 0), path, reference)
         if plan.supported:
             picked.update(k.index for k in plan.kernels)
-    assert picked == set(range(len(VARIANTS)))
+    assert picked == admitted
 
 
 def test_tensors_of_2_31_elements_fall_back():

@@ -28,13 +28,14 @@ class Layer:
     filter_hw: tuple[int, int]
     pads: tuple[int, int, int, int]
     path: str
+    reference: str
     options: PlannerOptions
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     """dW (K x FH x FW x C) of one device's problem, planned for its own shapes."""
     plan = plan_canonical(x.shape[0], tuple(x.shape[1:3]), x.shape[3], dy.shape[3], layer.filter_hw, layer.pads,
-                          layer.path, layer.options)  # fmt: skip
+                          layer.path, layer.reference, layer.options)  # fmt: skip
     if not plan.supported:  # shapes were validated for the whole problem; a shard cannot make them invalid
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     return _ffi.backward_filter_call(

@@ -32,7 +32,9 @@ def _winrs_filter_grad(
     dn = spec.dimension_numbers
     x = _to_canonical(lhs, dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:])
     dy = _to_canonical(out_grad, dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:])
-    layer = _partition.Layer(plan.filter_hw, plan.pads, plan.path, options or PlannerOptions())
+    layer = _partition.Layer(
+        plan.filter_hw, plan.pads, plan.path, plan.reference, options or PlannerOptions()
+    )
     # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
     dw = _partition.filter_grad(x, dy.astype(x.dtype), layer)
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter

@@ -25,6 +25,8 @@ REFERENCE_SM_COUNT = 132
 
 # The arithmetic paths of cpp/winrs/paths.h, by index, and what they mean in plain words.
 PATHS = tuple(p["name"] for p in _winrs.paths())
+# The largest MARE a kernel may have when XLA would use the given arithmetic (cpp/winrs/plan.cc).
+ACCURACY_BUDGET = {p["name"]: p["accuracy_budget"] for p in _winrs.paths()}
 PATH_DESCRIPTIONS = {
     "fp32": "float32 on CUDA cores",
     "tf32x3": "float32-accurate split TF32 on tensor cores (3 products per operand pair)",
@@ -48,6 +50,7 @@ class KernelShape:
     block_ic: int
     gemm_tflops: float
     blocks_per_sm: int
+    mare: float  # accuracy in the paper's protocol, measured on the CPU executor (tools/accuracy.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +114,7 @@ class Plan:
     channels: tuple[int, int] = (0, 0)  # (input, output)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, bottom, left, right
     path: str = "fp32"
+    reference: str = "fp32"  # the arithmetic XLA would use; sets the accuracy budget
     sm_count: int = 0
     forced_segments: int = 0
     forced_kernels: tuple[int, int] = (-1, -1)
@@ -147,8 +151,8 @@ class Plan:
         top, bottom, left, right = self.pads
         return dict(
             pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
-            sm_count=self.sm_count, segments=self.forced_segments, variant0=self.forced_kernels[0],
-            variant1=self.forced_kernels[1],
+            reference=PATHS.index(self.reference), sm_count=self.sm_count, segments=self.forced_segments,
+            variant0=self.forced_kernels[0], variant1=self.forced_kernels[1],
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -160,7 +164,8 @@ class Plan:
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",
-            f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}",
+            f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}; kernels as accurate as XLA's "
+            f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference]:.1e})",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
             + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else ""),
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
@@ -201,26 +206,27 @@ def _operand_precisions(precision: Any) -> tuple[lax.Precision, lax.Precision]:
     return (out[0], out[1])
 
 
-def _float32_paths(precision: Any) -> tuple[str, ...]:
-    """The float32 paths that keep the accuracy `precision` asks for, as XLA reads it on this platform.
+def _float32_paths(precision: Any) -> tuple[tuple[str, ...], str]:
+    """The float32 paths for `precision` and the arithmetic XLA uses for it on this platform (the reference).
 
     XLA's GPU convolutions use TF32 tensor cores for float32 only when both operand precisions are DEFAULT
-    (HIGH and HIGHEST run in FP32); its CPU convolutions always run in FP32. WinRS does the same: TF32 at
-    DEFAULT on a GPU, otherwise an FP32-accurate path (CUDA-core FP32 or split TF32, whichever the cost
-    model predicts faster; the CPU emulates split TF32 at three times the cost, so it uses FP32)."""
+    (HIGH and HIGHEST run in FP32); its CPU convolutions always run in FP32. Any path at least as accurate as
+    the reference may run, and the cost model picks among them; the CPU emulates split TF32 at three times
+    the cost, so it runs FP32."""
     if jax.default_backend() != "gpu":
-        return ("fp32",)
+        return ("fp32",), "fp32"
     if _operand_precisions(precision) == (lax.Precision.DEFAULT, lax.Precision.DEFAULT):
-        return ("tf32",)
-    return ("fp32", "tf32x3")
+        return ("tf32", "fp32", "tf32x3"), "tf32"
+    return ("fp32", "tf32x3"), "fp32"
 
 
-def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[tuple[str, ...], str]:
-    """The candidate paths for an input dtype and precision, or () and the reason WinRS cannot run it."""
+def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[tuple[str, ...], str, str]:
+    """(candidate paths, reference path, "") for an input dtype and precision, or ((), "", reason) when WinRS
+    has no kernels for the dtype. A path forced by options is its own reference."""
     dtype = np.dtype(dtype)
     allowed = _DTYPE_PATHS.get(dtype)
     if allowed is None:
-        return (), f"dtype {dtype.name}: WinRS has float32, bfloat16 and float16 kernels"
+        return (), "", f"dtype {dtype.name}: WinRS has float32, bfloat16 and float16 kernels"
     if options.path is not None:
         if options.path not in PATHS:
             raise ValueError(f"PlannerOptions.path must be one of {PATHS}, got {options.path!r}")
@@ -228,8 +234,11 @@ def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[
             raise ValueError(
                 f"PlannerOptions.path {options.path!r} cannot run {dtype.name} inputs; use {allowed}"
             )
-        return (options.path,), ""
-    return (_float32_paths(precision) if dtype == np.float32 else allowed), ""
+        return (options.path,), options.path, ""
+    if dtype == np.float32:
+        paths, reference = _float32_paths(precision)
+        return paths, reference, ""
+    return allowed, allowed[0], ""
 
 
 def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
@@ -259,7 +268,7 @@ def make_plan(
 ) -> Plan:
     """Plans the filter gradient of a validated convolution, or says why WinRS does not handle it."""
     options = options or PlannerOptions()
-    paths, reason = resolve_paths(dtype, spec.precision, options)
+    paths, reference, reason = resolve_paths(dtype, spec.precision, options)
     reason = reason or _unsupported(spec, np.dtype(dtype))
     if reason:
         return Plan(supported=False, reason=reason)
@@ -276,7 +285,15 @@ def make_plan(
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
     plans = [
         plan_canonical(
-            batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat, path, options
+            batch,
+            (in_hw[0], in_hw[1]),
+            in_c,
+            out_c,
+            (filter_hw[0], filter_hw[1]),
+            pads_flat,
+            path,
+            reference,
+            options,
         )
         for path in paths
     ]
@@ -293,10 +310,12 @@ def plan_canonical(
     filter_hw: tuple[int, int],
     pads: tuple[int, int, int, int],
     path: str,
+    reference: str,
     options: PlannerOptions | None = None,
 ) -> Plan:
     """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
-    arithmetic path. Cached: a layer is planned once per shape, also when each shard plans its own part."""
+    arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
+    per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
@@ -306,11 +325,11 @@ def plan_canonical(
     raw = _winrs.make_plan(
         batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
-        path=PATHS.index(path), sm_count=sm_count, segments=forced_segments, variant0=forced_kernels[0],
-        variant1=forced_kernels[1],
+        path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
+        variant0=forced_kernels[0], variant1=forced_kernels[1],
     )  # fmt: skip
     if not raw["supported"]:
-        return Plan(supported=False, reason=raw["reason"], path=path)
+        return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
     return Plan(
         supported=True,
         reason="",
@@ -321,6 +340,7 @@ def plan_canonical(
         channels=(in_c, out_c),
         pads=pads,
         path=path,
+        reference=reference,
         sm_count=sm_count,
         forced_segments=forced_segments,
         forced_kernels=(forced_kernels[0], forced_kernels[1]),

@@ -15,45 +15,20 @@ namespace ffi = xla::ffi;
 namespace winrs::ffi_glue {
 namespace {
 
-ffi::Error cuda_error(const char* what, cudaError_t e) {
-  return ffi::Error::Internal(std::string("winrs_backward_filter: ") + what + ": " + cudaGetErrorString(e));
-}
-
 ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                 ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
                                 PlanAttrs attrs) {
-  BackwardFilterOp op;
-  const std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op);
-  if (!error.empty()) return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
-  if (op.plan.path != Path::kFp32) return ffi::Error::InvalidArgument("winrs_backward_filter: path not built");
-  struct {
-    Problem problem;
-    SegmentGrid grid;
-    int variant0, variant1;
-    int64_t groups;
-  } launch{op.problem, op.plan.grid, op.plan.variant0, op.plan.variant1, op.groups};
-
-  cuda::OmegaArgs args{static_cast<const float*>(input.untyped_data()),
-                       static_cast<const float*>(out_grad.untyped_data()),
-                       filter_grad->typed_data(),
-                       workspace->typed_data(),
-                       launch.problem,
-                       launch.grid,
-                       0,
-                       launch.groups};
-  if (cudaError_t e = cuda::launch_omega(launch.variant0, args, stream); e != cudaSuccess)
-    return cuda_error("kernel 0 launch", e);
-  if (launch.grid.width0 < launch.grid.out_w) {
-    args.kernel = 1;
-    if (cudaError_t e = cuda::launch_omega(launch.variant1, args, stream); e != cudaSuccess)
-      return cuda_error("kernel 1 launch", e);
-  }
-  const int buckets = launch.grid.buckets();
-  if (buckets > 1) {
-    if (cudaError_t e = cuda::launch_bucket_reduction(args.filter_grad, args.workspace, launch.groups,
-                                                      launch.problem.filter_elems(), buckets, stream);
+  try {
+    BackwardFilterOp op;
+    if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
+      return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
+    const char* stage = "";
+    if (cudaError_t e = cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
+                                                  filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
         e != cudaSuccess)
-      return cuda_error("bucket reduction launch", e);
+      return ffi::Error::Internal(std::string("winrs_backward_filter: ") + stage + ": " + cudaGetErrorString(e));
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
   }
   return ffi::Error::Success();
 }

@@ -78,11 +78,13 @@ NB_MODULE(_winrs, m) {
 
   m.def("paths", [] {
     nb::list out;
-    for (const winrs::PathInfo& p : winrs::kPaths) {
+    for (int i = 0; i < winrs::kNumPaths; ++i) {
+      const winrs::PathInfo& p = winrs::kPaths[i];
       nb::dict d;
       d["name"] = p.name;
       d["tensor_cores"] = p.tensor_cores;
       d["units_per_step"] = p.units_per_step;
+      d["accuracy_budget"] = winrs::accuracy_budget(static_cast<winrs::Path>(i));
       out.append(d);
     }
     return out;
@@ -98,7 +100,7 @@ NB_MODULE(_winrs, m) {
       d["alpha_class"] = v.alpha_class();
       nb::list shapes;
       for (const winrs::KernelShape& k : v.shapes)
-        shapes.append(nb::make_tuple(k.block_oc, k.block_ic, k.gemm_tflops, k.blocks_per_sm));
+        shapes.append(nb::make_tuple(k.block_oc, k.block_ic, k.gemm_tflops, k.blocks_per_sm, k.mare));
       d["shapes"] = shapes;
       out.append(d);
     }
@@ -135,15 +137,17 @@ NB_MODULE(_winrs, m) {
       "make_plan",
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
-         int64_t pad_right, int path, int sm_count, int segments, int variant0, int variant1) {
-        if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
+         int64_t pad_right, int path, int reference, int sm_count, int segments, int variant0, int variant1) {
+        if (!winrs::valid_path(path) || !winrs::valid_path(reference))
+          throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
                              {batch, out_h, out_w, out_c},
                              {out_c, filter_h, filter_w, in_c},
                              {pad_top, pad_bottom, pad_left, pad_right}};
         winrs::BackwardFilterOp op;
         const std::string error = winrs::make_backward_filter(
-            shapes, winrs::PlanOptions{static_cast<winrs::Path>(path), sm_count, segments, variant0, variant1}, &op);
+            shapes, winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
+                                       segments, variant0, variant1}, &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
         d["supported"] = error.empty();
@@ -163,7 +167,7 @@ NB_MODULE(_winrs, m) {
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
-      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("sm_count"), nb::arg("segments"),
+      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"), nb::arg("segments"),
       nb::arg("variant0") = -1, nb::arg("variant1") = -1);
 
   m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {

@@ -1,0 +1,140 @@
+"""Every arithmetic path on the CPU: the CPU executor rounds GEMM operands as the GPU paths do (TF32, split
+TF32, bfloat16, float16), so these tests check the index math and the rounding of every path in CI."""
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import mare, reference_filter_grad
+
+import winrs_jax
+from winrs_jax import _winrs
+from winrs_jax.planner import ACCURACY_BUDGET, PATHS
+
+VARIANTS = winrs_jax.variants()
+DN = ("NHWC", "HWIO", "NHWC")
+DTYPES = {
+    "fp32": np.float32,
+    "tf32x3": np.float32,
+    "tf32": np.float32,
+    "bf16": jnp.bfloat16,
+    "fp16": np.float16,
+}
+
+
+def _filter_grad(x, dy, filter_hw, pads, path, **options):
+    """dW (O x FH x FW x I, float64) of inputs already in the path's dtype."""
+    rhs_shape = (*filter_hw, x.shape[3], dy.shape[3])
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    dw = winrs_jax.conv_backward_filter(
+        x, dy, rhs_shape, (1, 1), padding, dimension_numbers=DN,
+        options=winrs_jax.PlannerOptions(path=path, **options),
+    )  # fmt: skip
+    return np.asarray(dw.astype(np.float32), np.float64).transpose(3, 0, 1, 2)
+
+
+def _protocol_inputs(rng, path, x_shape, dy_shape):
+    """The paper's protocol (section 6.3): uniform [0, 1), dY x 1e-2 for float16."""
+    scale = 1e-2 if path == "fp16" else 1.0
+    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), DTYPES[path])
+    dy = jnp.asarray(scale * rng.random(dy_shape, dtype=np.float32), DTYPES[path])
+    return x, dy
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_every_variant_on_every_path_against_float64(variant, path, rng):
+    """MARE within 3x of the table's measurement (variants.h) on another shape: ragged channels, padding on
+    both axes, several segments and buckets. The sums here are shorter than the table's (fewer rounding errors
+    cancel: about 2.2x its MARE on the alpha-16 and TF32 kernels). The 16-bit paths return dW in their dtype,
+    rounding included."""
+    fw = variant.n * (2 if variant.n <= 3 else 1)
+    pads = (1, 2, 1, 0)
+    out_w = 2 * variant.r + 1
+    x, dy = _protocol_inputs(rng, path, (3, 10, out_w + fw - 2, 21), (3, 11, out_w, 19))
+    dw = _filter_grad(x, dy, (3, fw), pads, path, kernels=(variant.index, 0), segments=4)
+    ref = reference_filter_grad(np.asarray(x, np.float64), np.asarray(dy, np.float64), (3, fw), pads)
+    assert mare(dw, ref) <= 3 * variant.shapes[path].mare
+
+
+def test_reduced_precision_paths_really_round(rng):
+    """TF32, bfloat16 and float16 operands lose what their type loses; split TF32 keeps FP32 accuracy. Fails if a
+    path skipped its rounding (or rounded where it should not)."""
+    x32, dy32 = _protocol_inputs(rng, "fp32", (4, 9, 14, 24), (4, 9, 12, 24))
+    ref = reference_filter_grad(
+        np.asarray(x32, np.float64), np.asarray(dy32, np.float64), (3, 3), (1, 1, 0, 0)
+    )
+    errors = {p: mare(_filter_grad(x32, dy32, (3, 3), (1, 1, 0, 0), p, kernels=(3, 3)), ref) for p in DTYPES if
+              DTYPES[p] == np.float32}  # fmt: skip
+    assert errors["fp32"] < 5e-7 and errors["tf32x3"] < 2 * errors["fp32"]
+    assert errors["tf32"] > 20 * errors["fp32"]  # TF32 keeps 10 mantissa bits: ~1e-5 on these sums
+
+
+def test_operand_rounding_matches_ml_dtypes_and_cvt_rna():
+    rng = np.random.default_rng(7)
+    values = np.concatenate(
+        [
+            rng.standard_normal(2000) * 10.0 ** rng.integers(-9, 6, 2000),
+            [0.0, -0.0, 65504.0, 65520.0, 1e-8, 3e-5],
+        ]
+    ).astype(np.float32)
+    out = {p: np.asarray(_winrs.round_operand(PATHS.index(p), values.tolist()), np.float32) for p in PATHS}
+    np.testing.assert_array_equal(out["fp32"], values)
+    np.testing.assert_array_equal(out["bf16"], values.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(out["fp16"], values.astype(np.float16).astype(np.float32))
+    # TF32 (cvt.rna.tf32.f32): 10 mantissa bits, nearest with ties away from zero.
+    bits = values.view(np.uint32)
+    tf32 = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    np.testing.assert_array_equal(out["tf32"], tf32)
+    np.testing.assert_array_equal(out["tf32x3"], tf32)  # the high part
+    ties = np.array([1 + 2.0**-11, -(1 + 2.0**-11), 1 + 3 * 2.0**-11], np.float32)
+    rounded = _winrs.round_operand(PATHS.index("tf32"), ties.tolist())
+    assert rounded == [1 + 2.0**-10, -(1 + 2.0**-10), 1 + 2 * 2.0**-10]
+
+
+def test_kahan_bucket_reduction_keeps_what_plain_summation_loses():
+    """16 one-row segments, each its own bucket: bucket 0 holds 2^24, the others 1. Plain FP32 summation
+    returns 2^24 (each +1 rounds away); the Kahan reduction returns 2^24 + 15 to within one unit."""
+    out_h = 16
+    dy = np.ones((1, out_h, 1, 1), np.float32)
+    dy[0, 0] = 2.0**24
+    x = np.ones((1, out_h, 2, 1), np.float32)
+    plan = winrs_jax.plan(
+        x, np.zeros((1, 2, 1, 1), np.float32), (1, 1), "VALID", dimension_numbers=DN,
+        options=winrs_jax.PlannerOptions(kernels=(0, 0), segments=out_h),
+    )  # fmt: skip
+    assert plan.buckets == out_h
+    dw = _filter_grad(
+        jnp.asarray(x), jnp.asarray(dy), (1, 2), (0, 0, 0, 0), "fp32", kernels=(0, 0), segments=out_h
+    )
+    assert np.abs(dw - (2.0**24 + 15)).max() <= 1.0
+
+
+def test_accuracy_budget_follows_the_reference_arithmetic():
+    """XLA's direct sum on the reference arithmetic stands for its error (cpp/winrs/plan.cc): 4x at FP32, 2x in
+    the reduced-precision types."""
+    direct = VARIANTS[0]
+    assert ACCURACY_BUDGET["fp32"] == pytest.approx(4 * direct.shapes["fp32"].mare)
+    for path in ("tf32", "bf16", "fp16"):
+        assert ACCURACY_BUDGET[path] == pytest.approx(2 * direct.shapes[path].mare)
+
+
+@pytest.mark.parametrize("dtype, path", [(jnp.bfloat16, "bf16"), (np.float16, "fp16"), (np.float32, "fp32")])
+def test_plan_names_the_path_and_its_accuracy(dtype, path):
+    x = np.zeros((2, 16, 16, 8), dtype)
+    w = np.zeros((5, 5, 8, 8), dtype)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=DN)
+    assert plan.path == path and plan.reference == path
+    assert f"arithmetic {path}:" in str(plan)
+    # No alpha-16 kernel keeps the accuracy of these references (variants.h): 5x5 runs Omega_8(5, 4).
+    assert all(k.alpha_class <= 8 for k in plan.kernels)
+
+
+def test_forced_path_must_suit_the_dtype():
+    x = np.zeros((2, 8, 8, 4), np.float32)
+    with pytest.raises(ValueError, match="cannot run float32"):
+        winrs_jax.plan(x, np.zeros((3, 3, 4, 4), np.float32), (1, 1), "SAME", dimension_numbers=DN,
+                       options=winrs_jax.PlannerOptions(path="bf16"))  # fmt: skip
+    with pytest.raises(ValueError, match="must be one of"):
+        winrs_jax.plan(x, np.zeros((3, 3, 4, 4), np.float32), (1, 1), "SAME", dimension_numbers=DN,
+                       options=winrs_jax.PlannerOptions(path="int8"))  # fmt: skip

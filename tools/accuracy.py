@@ -1,0 +1,65 @@
+"""MARE of every variant on every arithmetic path, the paper's protocol (section 6.3), on the CPU executor.
+
+The CPU executor rounds GEMM operands exactly as the GPU paths do, so these numbers (deterministic, any
+machine) are the `mare` column of cpp/winrs/variants.h, which the planner's accuracy budget reads:
+
+    python tools/accuracy.py
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import winrs_jax
+from winrs_jax.planner import PATHS
+
+DN = ("NHWC", "HWIO", "NHWC")
+DTYPES = {
+    "fp32": np.float32,
+    "tf32x3": np.float32,
+    "tf32": np.float32,
+    "bf16": jnp.bfloat16,
+    "fp16": np.float16,
+}
+
+
+def reference(x: np.ndarray, dy: np.ndarray, fh: int, fw: int) -> np.ndarray:
+    """float64 dW (O x FH x FW x I) for padding (1, 1) in height, none in width."""
+    xp = np.pad(x, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    _, out_h, out_w, _ = dy.shape
+    dw = np.zeros((dy.shape[3], fh, fw, x.shape[3]))
+    for a in range(fh):
+        for b in range(fw):
+            dw[:, a, b, :] = np.einsum("nhwk,nhwc->kc", dy, xp[:, a : a + out_h, b : b + out_w, :])
+    return dw
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    cpu = jax.devices("cpu")[0]
+    print("variant", *PATHS)
+    for v in winrs_jax.variants():
+        fw = v.n * (2 if v.n <= 3 else 1)
+        out_w = 3 * v.r
+        row = []
+        for path in PATHS:
+            # N=8, 12 x 3r output gradient, 32 channels, one segment: uniform [0, 1), dY x 1e-2 for float16.
+            x = rng.random((8, 12, out_w + fw - 1, 32)).astype(np.float32)
+            dy = rng.random((8, 12, out_w, 32)).astype(np.float32) * (1e-2 if path == "fp16" else 1.0)
+            xs = jax.device_put(jnp.asarray(x, DTYPES[path]), cpu)
+            dys = jax.device_put(jnp.asarray(dy, DTYPES[path]), cpu)
+            options = winrs_jax.PlannerOptions(
+                kernels=(v.index, v.index), segments=1, path=path, sm_count=132
+            )
+            dw = winrs_jax.conv_backward_filter(
+                xs, dys, (3, fw, 32, 32), (1, 1), ((1, 1), (0, 0)), dimension_numbers=DN, options=options
+            )
+            dw = np.asarray(dw.astype(np.float32), np.float64).transpose(3, 0, 1, 2)
+            ref = reference(np.asarray(xs, np.float64), np.asarray(dys, np.float64), 3, fw)
+            nonzero = ref != 0
+            row.append(float(np.mean(np.abs(dw[nonzero] - ref[nonzero]) / np.abs(ref[nonzero]))))
+        print(v.name, " ".join(f"{e:.2e}" for e in row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
