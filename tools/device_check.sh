@@ -1,40 +1,50 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|test|sanitize|bench|profile ...
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|resnet|mix|profile ...
+# Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+ROOT="$(pwd)"
+kernel_check() { ls "$ROOT"/build/*/kernel_check 2>/dev/null | head -1; }
+bench() {  # bench NAME ARGS...: python -m winrs_jax.bench from outside the source tree
+  local name="$1"; shift
+  (cd /tmp && python3 -m winrs_jax.bench "$@" --json "$OUT/$name.jsonl" --plot "$OUT/$name.png" \
+    2>/tmp/bench-stderr.log | tee "$OUT/$name.txt"); tail -3 /tmp/bench-stderr.log
+}
 for stage in "$@"; do
+  echo "== $stage $(date +%T)"
   case "$stage" in
     build)
-      nvidia-smi --query-gpu=name,driver_version --format=csv
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
       WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90}" \
-        python3 -m pip install --no-build-isolation -v . >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+        python3 -m pip install --no-build-isolation -C cmake.define.WINRS_JAX_BUILD_TOOLS=ON -v . \
+        >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+      grep -E "warning|error" /tmp/build.log | grep -v "^ *$" | head -5
       (cd /tmp && python3 -c "import winrs_jax, jax; print('cuda built:', winrs_jax.CUDA_BUILT, jax.devices())") ;;
-    test)
-      (cd tests && python3 -m pytest -q -m gpu -x 2>&1 | tee "$OUT/gpu-tests.log" | tail -15)
-      (cd tests && python3 -m pytest -q -x 2>&1 | tail -3)
-      (cd /tmp && python3 "$OLDPWD/examples/train_digits.py" --epochs 3 2>&1 | tail -8) ;;
+    kcheck)
+      # Every variant and path against the CPU executor, outside XLA (tools/kernel_check.cu).
+      "$(kernel_check)" >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30 ;;
     sanitize)
-      # The kernels alone, outside XLA, with exact-size allocations (tools/kernel_check.cu).
-      nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -lineinfo -Icpp tools/kernel_check.cu \
-        cpp/cuda/dispatch.cu cpp/cuda/omega_alpha*.cu cpp/winrs/plan.cc cpp/cpu/backward_filter.cc \
-        -o /tmp/kernel_check || exit 1
-      /tmp/kernel_check | tee "$OUT/kernel-check.log" | tail -2
       for tool in memcheck racecheck synccheck; do
-        compute-sanitizer --tool "$tool" /tmp/kernel_check >"$OUT/sanitizer-$tool.log" 2>&1
+        compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1
         grep -E "ERROR SUMMARY|failures|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log"
       done ;;
-    bench)
-      (cd /tmp && python3 -m winrs_jax.bench --suite paper --json "$OUT/bench.jsonl" --plot "$OUT/bench.png" \
-        2>/tmp/bench-stderr.log | tee "$OUT/bench.txt"); tail -3 /tmp/bench-stderr.log ;;
+    test)
+      (cd tests && timeout 540 python3 -m pytest -q -m gpu --tb=line -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.log" \
+        | tail -25) ;;
+    suite)
+      (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tail -3)
+      (cd /tmp && timeout 120 python3 "$ROOT/examples/train_digits.py" --epochs 2 2>&1 | tail -6) ;;
     tune)
-      (cd /tmp && python3 "$OLDPWD/tools/tune.py" variants && python3 "$OLDPWD/tools/tune.py" segments) \
-        2>&1 | tee "$OUT/tune.jsonl" ;;
+      (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
+    bench) bench bench ${BENCH_ARGS:-} ;;
+    bench-paper) bench bench-paper --suite paper ${BENCH_ARGS:-} ;;
+    bench-real) bench bench-real --suite real ${BENCH_ARGS:-} ;;
     resnet)
       for dtype in float32 bfloat16; do
-        (cd /tmp && python3 "$OLDPWD/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \
+        (cd /tmp && python3 "$ROOT/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \
           --plot "$OUT/resnet-$dtype.png") 2>&1 | tee -a "$OUT/resnet.txt" | grep -E "ms|ratio|Error|plan:"
       done ;;
     mix)
@@ -42,19 +52,18 @@ for stage in "$@"; do
       layer="${PROFILE_LAYERS:-32:56:256:3}"
       (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
         --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
-        python3 "$OLDPWD/tools/profile_layer.py" "$layer") >"$OUT/mix.txt" 2>&1
-      grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000
-      so=$(cd /tmp && python3 -c "import winrs_jax._winrs as m; print(m.__file__)")
-      cuobjdump -sass "$so" >"$OUT/sass.txt" 2>&1; wc -l "$OUT/sass.txt" ;;
+        python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/mix.txt" 2>&1
+      grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000 ;;
     profile)
-      for layer in ${PROFILE_LAYERS:-32:56:256:3 32:32:256:5}; do
+      for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
         (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
           --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
-          --section ComputeWorkloadAnalysis --metrics smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_wait \
-          python3 "$OLDPWD/tools/profile_layer.py" "$layer") >"$OUT/ncu-${layer//:/-}.txt" 2>&1
-        grep -E "Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" \
-          "$OUT/ncu-${layer//:/-}.txt" | head -20
+          --section ComputeWorkloadAnalysis \
+          python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/ncu-${layer//:/-}.txt" 2>&1
+        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall" \
+          "$OUT/ncu-${layer//:/-}.txt" | head -24
       done ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

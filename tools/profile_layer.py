@@ -1,6 +1,7 @@
 """Run the WinRS filter gradient of one layer a few times, for Nsight Compute.
 
-ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 python tools/profile_layer.py 32:56:256:3
+ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 python tools/profile_layer.py 32:56:256:3 bf16
+(dtype: f32_highest, f32_default, bf16 or f16; default bf16)
 """
 
 import sys
@@ -10,22 +11,19 @@ import jax.numpy as jnp
 import numpy as np
 
 import winrs_jax
+from winrs_jax.bench.suite import DN, DTYPES, Shape
 
 
 def main() -> None:
-    n, h, c, r = (int(v) for v in sys.argv[1].split(":"))
-    pad = ((r // 2, r // 2), (r // 2, r // 2))
-    out = h + 2 * (r // 2) - r + 1
+    shape = Shape.parse(sys.argv[1])
+    dtype, precision = DTYPES[sys.argv[2] if len(sys.argv) > 2 else "bf16"]
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((n, h, h, c)), jnp.float32)
-    dy = jnp.asarray(rng.random((n, out, out, c)), jnp.float32)
-    dn = ("NHWC", "HWIO", "NHWC")
-    fn = jax.jit(
-        lambda x, dy: winrs_jax.conv_backward_filter(x, dy, (r, r, c, c), (1, 1), pad, dimension_numbers=dn)
-    )
-    print(
-        winrs_jax.plan(x, jax.ShapeDtypeStruct((r, r, c, c), jnp.float32), (1, 1), pad, dimension_numbers=dn)
-    )
+    x = jnp.asarray(rng.random((shape.n, shape.h, shape.w, shape.cin), dtype=np.float32), dtype)
+    dy = jnp.asarray(rng.random((shape.n, *shape.out_hw, shape.cout), dtype=np.float32), dtype)
+    w = jax.ShapeDtypeStruct((shape.fh, shape.fw, shape.cin, shape.cout), dtype)
+    kwargs = dict(window_strides=(1, 1), padding=shape.padding, dimension_numbers=DN, precision=precision)
+    fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs))
+    print(winrs_jax.plan(x, w, **kwargs))
     for _ in range(3):
         fn(x, dy).block_until_ready()
 

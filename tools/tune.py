@@ -1,6 +1,6 @@
 """Measurements that set the planner's constants on a GPU (run from outside the source tree).
 
-python tools/tune.py variants   # throughput of each kernel alone -> Variant::gemm_efficiency
+python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
 """
 
@@ -13,23 +13,37 @@ import numpy as np
 
 import winrs_jax
 from winrs_jax.bench.suite import time_ms
+from winrs_jax.planner import PATHS
 
 DN = ("NHWC", "HWIO", "NHWC")
-FP32_PEAK_TFLOPS = 66.9  # H100 SXM: 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz
-
+DTYPES = {
+    "fp32": jnp.float32,
+    "tf32x3": jnp.float32,
+    "tf32": jnp.float32,
+    "bf16": jnp.bfloat16,
+    "fp16": jnp.float16,
+}
 
 Pads = tuple[tuple[int, int], tuple[int, int]]
 
 
 def run(
-    n: int, h: int, w: int, c: int, fh: int, fw: int, pads: Pads, **options: object
+    n: int,
+    h: int,
+    w: int,
+    c: int,
+    fh: int,
+    fw: int,
+    pads: Pads,
+    dtype: object = jnp.float32,
+    **options: object,
 ) -> tuple[winrs_jax.Plan, float, float]:
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((n, h, w, c)), jnp.float32)
+    x = jnp.asarray(rng.random((n, h, w, c), dtype=np.float32), dtype)
     out_h, out_w = h + pads[0][0] + pads[0][1] - fh + 1, w + pads[1][0] + pads[1][1] - fw + 1
-    dy = jnp.asarray(rng.random((n, out_h, out_w, c)), jnp.float32)
+    dy = jnp.asarray(rng.random((n, out_h, out_w, c), dtype=np.float32), dtype)
     opts = winrs_jax.PlannerOptions(**options)
-    rhs = jax.ShapeDtypeStruct((fh, fw, c, c), jnp.float32)
+    rhs = jax.ShapeDtypeStruct((fh, fw, c, c), dtype)
     plan = winrs_jax.plan(x, rhs, (1, 1), pads, dimension_numbers=DN, options=opts)
     fn = jax.jit(
         lambda x, dy: winrs_jax.conv_backward_filter(
@@ -42,16 +56,17 @@ def run(
 
 
 def variants() -> None:
-    for v in winrs_jax.variants():
-        fw = 3 if v.n == 1 else v.n
-        out_w = v.r * max(1, 48 // v.r)
-        plan, ms, flops = run(
-            32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), kernels=(v.index, v.index)
-        )
-        effective = flops / ms / 1e9
-        efficiency = effective / v.n / v.r * v.alpha / FP32_PEAK_TFLOPS
-        print(json.dumps(dict(variant=v.name, ms=round(ms, 4), effective_tflops=round(effective, 1),
-                              gemm_efficiency=round(efficiency, 3), segments=plan.segments)))  # fmt: skip
+    for path in PATHS:
+        for v in winrs_jax.variants():
+            fw = 3 if v.n == 1 else v.n
+            out_w = v.r * max(1, 48 // v.r)
+            plan, ms, flops = run(
+                32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), DTYPES[path], kernels=(v.index, v.index),
+                path=path,
+            )  # fmt: skip
+            gemm_tflops = flops * v.alpha / (v.n * v.r) / ms / 1e9
+            print(json.dumps(dict(path=path, variant=v.name, ms=round(ms, 4), gemm_tflops=round(gemm_tflops, 1),
+                                  effective_tflops=round(flops / ms / 1e9, 1), segments=plan.segments)))  # fmt: skip
 
 
 def segments() -> None:

@@ -1,42 +1,59 @@
-"""python -m winrs_jax.bench: winrs_jax vs XLA backward-filter convolution, same process, same inputs."""
+"""python -m winrs_jax.bench: winrs_jax vs XLA (and PyTorch/cuDNN where importable) backward-filter convolution,
+same process, same inputs."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
-import jax
+# JAX would otherwise take 75% of the GPU's memory at start and leave PyTorch's column none.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from winrs_jax.bench.suite import DTYPES, PAPER_SUITE, SMALL_SUITE, Result, Shape, measure
+import jax  # noqa: E402
+
+from winrs_jax.bench.suite import DTYPES, SUITES, Result, Shape, measure  # noqa: E402
 
 
-def _table(results: list[Result]) -> str:
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(results: list[tuple[str, Result]]) -> str:
     head = (
-        f"{'layer':<18} {'dtype':<12} {'XLA ms':>9} {'WinRS ms':>9} {'XLA TF/s':>9} {'WinRS TF/s':>10} "
-        f"{'speedup':>8} {'XLA temp MB':>12} {'WinRS ws MB':>12} {'max rel diff':>12}"
+        f"{'suite':<6} {'layer':<24} {'dtype':<12} {'path':<7} {'XLA ms':>8} {'WinRS ms':>9} {'torch ms':>9} "
+        f"{'vs XLA':>7} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} {'ws MB':>7} "
+        f"{'XLA tmp MB':>10}"
     )
     rows = [head, "-" * len(head)]
-    for r in results:
+    for suite, r in results:
         rows.append(
-            f"{str(r.shape):<18} {r.dtype:<12} {r.xla_ms:>9.3f} {r.winrs_ms:>9.3f} {r.tflops(r.xla_ms):>9.2f} "
-            f"{r.tflops(r.winrs_ms):>10.2f} {r.speedup:>7.2f}x {r.xla_temp_bytes / 2**20:>12.1f} "
-            f"{r.winrs_workspace_bytes / 2**20:>12.2f} {r.max_rel_diff:>12.1e}"
+            f"{suite:<6} {str(r.shape):<24} {r.dtype:<12} {r.path:<7} {r.xla_ms:>8.3f} {r.winrs_ms:>9.3f} "
+            f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
+            f"{r.tflops(r.winrs_ms):>10.1f} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
+            f"{r.winrs_workspace_bytes / 2**20:>7.1f} {r.xla_temp_bytes / 2**20:>10.1f}"
         )
-    by_dtype: dict[str, list[float]] = {}
-    for r in results:
-        by_dtype.setdefault(r.dtype, []).append(r.speedup)
-    for dtype, speedups in by_dtype.items():
-        geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-        rows.append(
-            f"{dtype}: geometric-mean speedup {geo:.2f}x, min {min(speedups):.2f}x over {len(speedups)}"
-        )
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for suite, r in results:
+        groups.setdefault((suite, r.dtype), []).append(r)
+    for (suite, dtype), group in groups.items():
+        line = f"{suite} {dtype}: vs XLA geomean {_geomean([r.speedup for r in group]):.2f}x, min "
+        line += f"{min(r.speedup for r in group):.2f}x"
+        torch = [r.speedup_torch for r in group if r.speedup_torch is not None]
+        if torch:
+            line += f"; vs PyTorch/cuDNN geomean {_geomean(torch):.2f}x, min {min(torch):.2f}x"
+        rows.append(f"{line} ({len(group)} layers)")
     return "\n".join(rows)
 
 
-def _plot(results: list[Result], path: Path) -> None:
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _plot(results: list[tuple[str, Result]], path: Path) -> None:
     try:
         import matplotlib
 
@@ -45,50 +62,61 @@ def _plot(results: list[Result], path: Path) -> None:
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
-    labels = [f"{r.shape}\n{r.dtype}" for r in results]
-    xs = range(len(results))
-    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(results)), 4.5))
-    ax.bar([x - 0.2 for x in xs], [r.tflops(r.xla_ms) for r in results], 0.4, label="XLA")
-    ax.bar([x + 0.2 for x in xs], [r.tflops(r.winrs_ms) for r in results], 0.4, label="winrs_jax")
-    ax.set_xticks(list(xs), labels, rotation=90, fontsize=7)
-    ax.set_ylabel("effective TFLOP/s (direct-convolution FLOPs)")
-    ax.set_title(f"Backward-filter convolution on {jax.devices()[0].device_kind}")
-    ax.legend()
+    dtypes = list(dict.fromkeys(r.dtype for _, r in results))
+    fig, axes = plt.subplots(
+        len(dtypes), 1, figsize=(max(10, 0.35 * len(results) / len(dtypes)), 3.5 * len(dtypes))
+    )
+    axes = axes if len(dtypes) > 1 else [axes]
+    for ax, dtype in zip(axes, dtypes, strict=True):
+        rows = [(s, r) for s, r in results if r.dtype == dtype]
+        xs = range(len(rows))
+        ax.bar(xs, [r.speedup for _, r in rows], 0.4, label="vs XLA")
+        if any(r.speedup_torch is not None for _, r in rows):
+            ax.bar(
+                [x + 0.4 for x in xs], [r.speedup_torch or 0 for _, r in rows], 0.4, label="vs PyTorch/cuDNN"
+            )
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + 0.2 for x in xs], [f"{s}: {r.shape}" for s, r in rows], rotation=90, fontsize=6)
+        ax.set_ylabel(f"{dtype} speedup")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    axes[0].set_title(f"winrs_jax filter gradient on {jax.devices()[0].device_kind}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m winrs_jax.bench", description=__doc__)
-    parser.add_argument("--suite", choices=("paper", "small", "none"), default=None,
-                        help="built-in shapes (default: paper on a GPU, small otherwise)")  # fmt: skip
-    parser.add_argument("--shape", action="append", default=[], help="extra layer N:H:C:r (repeatable)")
-    parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: f32_highest")
+    parser.add_argument("--suite", action="append", choices=[*SUITES, "none"],
+                        help="built-in layers, repeatable (default: paper and real on a GPU, else small)")  # fmt: skip
+    parser.add_argument(
+        "--shape", action="append", default=[], help="extra layer N:H:C:r or N:H:W:CIN:COUT:FH:FW"
+    )
+    parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: all four")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write one JSON object per result")
-    parser.add_argument("--plot", type=Path, help="write a PNG bar chart")
+    parser.add_argument("--plot", type=Path, help="write a PNG of the speedups")
     args = parser.parse_args(argv)
 
-    suite = args.suite or ("paper" if jax.default_backend() == "gpu" else "small")
-    shapes = {"paper": PAPER_SUITE, "small": SMALL_SUITE, "none": []}[suite] + [
-        Shape.parse(s) for s in args.shape
-    ]
-    dtypes = args.dtype or ["f32_highest"]
+    suites = args.suite or (["paper", "real"] if jax.default_backend() == "gpu" else ["small"])
+    cases = [(s, shape) for s in suites if s != "none" for shape in SUITES[s]]
+    cases += [("shape", Shape.parse(s)) for s in args.shape]
+    dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
     print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}", flush=True)
     results = []
-    total = len(shapes) * len(dtypes)
-    for i, (shape, dtype) in enumerate((s, d) for s in shapes for d in dtypes):
-        print(f"\r[{i + 1}/{total}] {shape} {dtype}".ljust(60), end="", file=sys.stderr, flush=True)
-        results.append(measure(shape, dtype, args.repeats, args.calls))
+    total = len(cases) * len(dtypes)
+    for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
+        print(f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True)
+        results.append((suite, measure(shape, dtype, args.repeats, args.calls)))
     print(file=sys.stderr)
     print(_table(results))
     if args.json:
         with args.json.open("w") as f:
             f.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
-            for r in results:
-                f.write(json.dumps(r.as_json()) + "\n")
+            for suite, r in results:
+                f.write(json.dumps({"suite": suite, **r.as_json()}) + "\n")
     if args.plot:
         _plot(results, args.plot)
     return 0

@@ -1,4 +1,5 @@
-"""Benchmark shapes and the timing method of shared/baselines/README.md."""
+"""Benchmark layers and the timing method of shared/baselines/README.md: XLA's filter gradient, winrs_jax's and,
+where PyTorch is importable with a GPU, cuDNN's through PyTorch, on the same inputs in the same process."""
 
 from __future__ import annotations
 
@@ -20,51 +21,102 @@ DN = ("NHWC", "HWIO", "NHWC")
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """N:H:C:r — batch, square input size, channels (IC = OC), square filter size; stride 1, pad r//2."""
+    """One layer: batch, input height x width, input -> output channels, filter height x width; stride 1,
+    padding (FH // 2, FW // 2). A 1D layer has height 1 and filter height 1."""
 
     n: int
     h: int
-    c: int
-    r: int
+    w: int
+    cin: int
+    cout: int
+    fh: int
+    fw: int
+    name: str = ""
+
+    @classmethod
+    def square(cls, n: int, h: int, c: int, r: int, name: str = "") -> Shape:
+        return cls(n, h, h, c, c, r, r, name)
+
+    @classmethod
+    def conv1d(cls, n: int, length: int, c: int, k: int, name: str = "") -> Shape:
+        return cls(n, 1, length, c, c, 1, k, name)
 
     @classmethod
     def parse(cls, text: str) -> Shape:
+        """N:H:C:r (square, C in = C out) or N:H:W:CIN:COUT:FH:FW."""
         try:
-            n, h, c, r = (int(v) for v in text.split(":"))
+            values = [int(v) for v in text.split(":")]
         except ValueError as e:
-            raise ValueError(f"shape must be N:H:C:r, got {text!r}") from e
-        return cls(n, h, c, r)
+            raise ValueError(f"shape must be N:H:C:r or N:H:W:CIN:COUT:FH:FW, got {text!r}") from e
+        if len(values) == 4:
+            return cls.square(*values)
+        if len(values) == 7:
+            return cls(*values)
+        raise ValueError(f"shape must be N:H:C:r or N:H:W:CIN:COUT:FH:FW, got {text!r}")
 
     def __str__(self) -> str:
-        return f"{self.r}x{self.r} {self.n}:{self.h}:{self.c}"
+        if self.h == 1 and self.fh == 1:
+            return f"1D k={self.fw} {self.n}:{self.w}:{self.cin}->{self.cout}"
+        hw = f"{self.h}" if self.h == self.w else f"{self.h}x{self.w}"
+        ch = f"{self.cin}" if self.cin == self.cout else f"{self.cin}->{self.cout}"
+        return f"{self.fh}x{self.fw} {self.n}:{hw}:{ch}"
 
     @property
     def padding(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        return ((self.r // 2, self.r // 2), (self.r // 2, self.r // 2))
+        return ((self.fh // 2, self.fh // 2), (self.fw // 2, self.fw // 2))
 
     @property
-    def out_hw(self) -> int:
-        return self.h + 2 * (self.r // 2) - self.r + 1
+    def out_hw(self) -> tuple[int, int]:
+        return (self.h + 2 * (self.fh // 2) - self.fh + 1, self.w + 2 * (self.fw // 2) - self.fw + 1)
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.n * self.out_hw**2 * self.c * self.r * self.r * self.c
+        oh, ow = self.out_hw
+        return 2.0 * self.n * oh * ow * self.cout * self.fh * self.fw * self.cin
 
 
 # The baselines' paper suite (comparable FLOPs per filter size).
 PAPER_SUITE = [
-    Shape(32, 128, 128, 2),
-    *(Shape(32, h, c, 3) for h, c in ((14, 1024), (28, 512), (56, 256), (112, 128), (224, 64))),
-    Shape(32, 64, 256, 4),
-    *(Shape(32, h, c, 5) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
-    Shape(32, 64, 256, 6),
-    *(Shape(32, h, c, 7) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
-    Shape(32, 32, 256, 8),
-    *(Shape(32, h, c, 9) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
+    Shape.square(32, 128, 128, 2),
+    *(Shape.square(32, h, c, 3) for h, c in ((14, 1024), (28, 512), (56, 256), (112, 128), (224, 64))),
+    Shape.square(32, 64, 256, 4),
+    *(Shape.square(32, h, c, 5) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
+    Shape.square(32, 64, 256, 6),
+    *(Shape.square(32, h, c, 7) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
+    Shape.square(32, 32, 256, 8),
+    *(Shape.square(32, h, c, 9) for h, c in ((16, 512), (32, 256), (64, 128), (128, 64))),
+]
+
+# Layers of real networks, chosen apart from the paper suite and not tuned on: ResNet-18/34/50 3x3 stages at
+# batch 128, odd Inception-style maps, VGG and U-Net levels, 5x5 and 7x7 layers of 96-256 channels, 1D audio.
+REAL_SUITE = [
+    Shape.square(128, 56, 64, 3, "ResNet conv2_x"),
+    Shape.square(128, 28, 128, 3, "ResNet conv3_x"),
+    Shape.square(128, 14, 256, 3, "ResNet conv4_x"),
+    Shape.square(128, 7, 512, 3, "ResNet conv5_x"),
+    Shape(128, 35, 35, 64, 96, 3, 3, "Inception-v3 35x35"),
+    Shape(128, 17, 17, 192, 192, 3, 3, "Inception 17x17"),
+    Shape(32, 112, 112, 64, 128, 3, 3, "VGG block 2"),
+    Shape.square(16, 128, 64, 3, "U-Net level 1"),
+    Shape.square(16, 64, 128, 3, "U-Net level 2"),
+    Shape(128, 27, 27, 96, 256, 5, 5, "AlexNet conv2"),
+    Shape(128, 28, 28, 96, 128, 5, 5, "Inception 5x5"),
+    Shape.square(64, 14, 256, 7, "7x7, 256 channels"),
+    Shape.square(32, 56, 96, 7, "7x7, 96 channels"),
+    Shape.conv1d(32, 16000, 256, 3, "audio conv1d k=3"),
+    Shape.conv1d(64, 4096, 256, 5, "audio conv1d k=5"),
+    Shape.conv1d(16, 8192, 512, 7, "audio conv1d k=7"),
 ]
 
 # Small enough for a CPU.
-SMALL_SUITE = [Shape(8, 56, 64, 3), Shape(8, 28, 64, 5), Shape(4, 32, 32, 7), Shape(8, 32, 32, 2)]
+SMALL_SUITE = [
+    Shape.square(8, 56, 64, 3),
+    Shape.square(8, 28, 64, 5),
+    Shape.square(4, 32, 32, 7),
+    Shape.square(8, 32, 32, 2),
+]
+
+SUITES = {"paper": PAPER_SUITE, "real": REAL_SUITE, "small": SMALL_SUITE}
 
 DTYPES: dict[str, tuple[Any, Any]] = {
     "f32_highest": (jnp.float32, lax.Precision.HIGHEST),
@@ -80,15 +132,22 @@ class Result:
     dtype: str
     xla_ms: float
     winrs_ms: float
+    torch_ms: float | None
     xla_temp_bytes: int
     winrs_workspace_bytes: int
-    winrs_temp_bytes: int
-    max_rel_diff: float
+    winrs_mare: float | None  # against float64 (PyTorch on the GPU), None without PyTorch
+    xla_mare: float | None
+    max_rel_diff: float  # |winrs - XLA| / max |XLA|
+    path: str  # the WinRS arithmetic path, or "xla" when the plan fell back
     plan: str
 
     @property
     def speedup(self) -> float:
         return self.xla_ms / self.winrs_ms
+
+    @property
+    def speedup_torch(self) -> float | None:
+        return None if self.torch_ms is None else self.torch_ms / self.winrs_ms
 
     def tflops(self, ms: float) -> float:
         return self.shape.flops / (ms * 1e-3) / 1e12
@@ -96,10 +155,12 @@ class Result:
     def as_json(self) -> dict[str, Any]:
         s = self.shape
         return dict(
-            N=s.n, H=s.h, C=s.c, r=s.r, dtype=self.dtype, xla_ms=self.xla_ms, winrs_ms=self.winrs_ms,
-            speedup=self.speedup, xla_tflops=self.tflops(self.xla_ms), winrs_tflops=self.tflops(self.winrs_ms),
-            xla_temp_bytes=self.xla_temp_bytes, winrs_workspace_bytes=self.winrs_workspace_bytes,
-            winrs_temp_bytes=self.winrs_temp_bytes, max_rel_diff=self.max_rel_diff, plan=self.plan,
+            layer=str(s), name=s.name, N=s.n, H=s.h, W=s.w, CIN=s.cin, COUT=s.cout, FH=s.fh, FW=s.fw,
+            dtype=self.dtype, path=self.path, xla_ms=self.xla_ms, winrs_ms=self.winrs_ms, torch_ms=self.torch_ms,
+            speedup=self.speedup, speedup_torch=self.speedup_torch, xla_tflops=self.tflops(self.xla_ms),
+            winrs_tflops=self.tflops(self.winrs_ms), xla_temp_bytes=self.xla_temp_bytes,
+            winrs_workspace_bytes=self.winrs_workspace_bytes, winrs_mare=self.winrs_mare, xla_mare=self.xla_mare,
+            max_rel_diff=self.max_rel_diff, plan=self.plan,
         )  # fmt: skip
 
 
@@ -121,34 +182,100 @@ def _temp_bytes(compiled: Any) -> int:
     return int(getattr(analysis, "temp_size_in_bytes", 0)) if analysis is not None else 0
 
 
+def _torch() -> Any:
+    """PyTorch, when it is importable and sees a GPU (the other system users would pick)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _torch_case(
+    shape: Shape, dtype_name: str, x: np.ndarray, dy: np.ndarray, repeats: int, calls: int
+) -> Any:
+    """cuDNN's filter gradient through torch.ops.aten.convolution_backward (cudnn.benchmark on, TF32 only at
+    float32 default precision), timed with CUDA events; and the float64 reference dW (O x I x FH x FW)."""
+    torch = _torch()
+    dtypes = {"f32_highest": torch.float32, "f32_default": torch.float32, "bf16": torch.bfloat16,
+              "f16": torch.float16}  # fmt: skip
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = dtype_name == "f32_default"
+    cl = torch.channels_last
+
+    def tensor(a: np.ndarray, dtype: Any) -> Any:  # NHWC array -> NCHW tensor in channels-last memory
+        return torch.from_numpy(a).to("cuda").permute(0, 3, 1, 2).to(dtype).contiguous(memory_format=cl)
+
+    def backward_filter(tx: Any, tdy: Any, dtype: Any) -> Any:
+        w = torch.zeros((shape.cout, shape.cin, shape.fh, shape.fw), device="cuda", dtype=dtype)
+        w = w.contiguous(memory_format=cl)
+        pads = (shape.fh // 2, shape.fw // 2)
+        return lambda: torch.ops.aten.convolution_backward(
+            tdy, tx, w, None, (1, 1), pads, (1, 1), False, (0, 0), 1, (False, True, False)
+        )[1]
+
+    fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls)
+    reference = backward_filter(tensor(x, torch.float64), tensor(dy, torch.float64), torch.float64)()
+    return statistics.median(samples), reference.permute(0, 2, 3, 1).cpu().numpy()  # -> O x FH x FW x I
+
+
+def _mare(actual: np.ndarray, expected: np.ndarray) -> float:
+    nonzero = expected != 0
+    return float(np.mean(np.abs(actual[nonzero] - expected[nonzero]) / np.abs(expected[nonzero])))
+
+
 def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) -> Result:
+    """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs: uniform
+    [0, 1), dY scaled by 1e-2 for float16."""
     dtype, precision = DTYPES[dtype_name]
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((shape.n, shape.h, shape.h, shape.c)), dtype)
-    w = jnp.asarray(rng.random((shape.r, shape.r, shape.c, shape.c)), dtype)
+    oh, ow = shape.out_hw
+    x = jnp.asarray(rng.random((shape.n, shape.h, shape.w, shape.cin), dtype=np.float32), dtype)
+    w = jax.ShapeDtypeStruct((shape.fh, shape.fw, shape.cin, shape.cout), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
-    dy = jnp.asarray(scale * rng.random((shape.n, shape.out_hw, shape.out_hw, shape.c)), dtype)
+    dy = jnp.asarray(scale * rng.random((shape.n, oh, ow, shape.cout), dtype=np.float32), dtype)
     kwargs = dict(window_strides=(1, 1), padding=shape.padding, dimension_numbers=DN, precision=precision)
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), w)[1](dy)[0]
+        zeros = jnp.zeros(w.shape, w.dtype)
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
 
     def ours(x: jax.Array, dy: jax.Array) -> jax.Array:
         return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs)
 
     compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in (("xla", xla), ("winrs", ours))}
     times = {name: time_ms(lambda c=c: c(x, dy), repeats, calls) for name, c in compiled.items()}
-    expected = np.asarray(compiled["xla"](x, dy), np.float64)
-    actual = np.asarray(compiled["winrs"](x, dy), np.float64)
+    expected = np.asarray(compiled["xla"](x, dy).astype(jnp.float32), np.float64)
+    actual = np.asarray(compiled["winrs"](x, dy).astype(jnp.float32), np.float64)
+    torch_ms = winrs_mare = xla_mare = None
+    if _torch() is not None:
+        x64, dy64 = np.asarray(x.astype(jnp.float32)), np.asarray(dy.astype(jnp.float32))
+        torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
+        reference = reference.transpose(1, 2, 3, 0)  # O x FH x FW x I -> HWIO
+        winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
     plan = winrs_jax.plan(x, w, **kwargs)
     return Result(
         shape=shape,
         dtype=dtype_name,
         xla_ms=times["xla"],
         winrs_ms=times["winrs"],
+        torch_ms=torch_ms,
         xla_temp_bytes=_temp_bytes(compiled["xla"]),
         winrs_workspace_bytes=plan.workspace_bytes,
-        winrs_temp_bytes=_temp_bytes(compiled["winrs"]),
+        winrs_mare=winrs_mare,
+        xla_mare=xla_mare,
         max_rel_diff=float(np.abs(actual - expected).max() / np.abs(expected).max()),
+        path=plan.path if plan.supported else "xla",
         plan=str(plan),
     )
