@@ -25,14 +25,15 @@ for stage in "$@"; do
       (cd /tmp && python3 -c "import winrs_jax, jax; print('cuda built:', winrs_jax.CUDA_BUILT, jax.devices())") ;;
     kcheck)
       # Every variant and path against the CPU executor, outside XLA (tools/kernel_check.cu).
-      "$(kernel_check)" >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30 ;;
+      "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30 ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1
         grep -E "ERROR SUMMARY|failures|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log"
       done ;;
     test)
-      (cd tests && timeout 540 python3 -m pytest -q -m gpu --tb=line -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.log" \
+      (cd tests && timeout 540 python3 -m pytest -q -m gpu --tb=line -p no:cacheprovider ${TEST_K:+-k "$TEST_K"} 2>&1 \
+        | tee "$OUT/gpu-tests.log" \
         | tail -25) ;;
     suite)
       (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tail -3)
