@@ -52,35 +52,40 @@ __device__ __forceinline__ uint32_t tf32_bits(float f) {
   return r;
 }
 
-// P consecutive elements from global memory, as floats; zeros where !valid or beyond `remaining` elements.
-// `vectors` (uniform per launch) says the channel count is a multiple of P and the base pointer is aligned to
-// P elements, so one P-wide load serves.
+// P consecutive elements of the storage type, as loaded: the raw registers stay untouched until the transforms
+// need them, so the loads of the next phase stay in flight during the GEMM (converting right after the load
+// would wait for it: on the 16-bit paths that exposed every load's latency, 3x slower).
 template <int P, typename T>
-__device__ __forceinline__ void load_channels(float (&dst)[P], const T* src, bool valid, int remaining,
-                                              bool vectors) {
-  if (vectors) {
-    alignas(16) T v[P];
+struct Channels {
+  alignas(P * sizeof(T)) T v[P];
+
+  __device__ __forceinline__ float operator[](int q) const { return to_float(v[q]); }
+};
+
+// Loads P consecutive elements from global memory; zeros where !valid or beyond `remaining` elements. With
+// Vectors (the channel count is a multiple of P and the base pointer is aligned to P elements) one predicated
+// P-wide load serves; the kernel picks the variant once per launch, so the loads need no branches.
+template <bool Vectors, int P, typename T>
+__device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining) {
+  dst = Channels<P, T>{};
+  if constexpr (Vectors) {
     constexpr int bytes = P * int(sizeof(T));
     if (valid && remaining > 0) {
       if constexpr (bytes == 16) {
-        *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(src));
+        *reinterpret_cast<uint4*>(dst.v) = __ldg(reinterpret_cast<const uint4*>(src));
       } else if constexpr (bytes == 8) {
-        *reinterpret_cast<uint2*>(v) = __ldg(reinterpret_cast<const uint2*>(src));
+        *reinterpret_cast<uint2*>(dst.v) = __ldg(reinterpret_cast<const uint2*>(src));
       } else if constexpr (bytes == 4) {
-        *reinterpret_cast<unsigned*>(v) = __ldg(reinterpret_cast<const unsigned*>(src));
+        *reinterpret_cast<unsigned*>(dst.v) = __ldg(reinterpret_cast<const unsigned*>(src));
       } else {
-        v[0] = __ldg(src);
+        dst.v[0] = __ldg(src);
       }
-#pragma unroll
-      for (int q = 0; q < P; ++q) dst[q] = to_float(v[q]);
-    } else {
-#pragma unroll
-      for (int q = 0; q < P; ++q) dst[q] = 0.0f;
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int q = 0; q < P; ++q) dst[q] = (valid && q < remaining) ? to_float(__ldg(src + q)) : 0.0f;
+    for (int q = 0; q < P; ++q)
+      if (valid && q < remaining) dst.v[q] = __ldg(src + q);
+  }
 }
 
 // Element i of P transformed tiles, converted to the operand, to P consecutive shared-memory elements.

@@ -8,8 +8,8 @@
 // output transform runs after the loop, in R rounds through shared memory, and writes the segment's bucket.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
-// elements per tensor. Channel counts need no alignment: loads are predicated and vectorised only when the
-// channel count and the base pointer allow it.
+// elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the channel
+// counts and the base pointers allow it.
 #pragma once
 
 #include <climits>
@@ -39,11 +39,11 @@ struct Loader {
   const T* input;
   int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, pad_left, f0;
   int unit, filter_c, input_c, oc, ic;
-  bool grad_vectors, input_vectors;
+  bool vectors;  // both channel counts and base pointers allow the P-wide loads
   UnitWalk walk;
   UnitCursor cursor;
-  float filter_regs[C::FC][C::r];
-  float input_regs[C::IC][C::alpha];
+  Channels<C::FC, T> filter_raw[C::r];      // the dY unit, as loaded
+  Channels<C::IC, T> input_raw[C::alpha];   // the X tile, as loaded
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
@@ -58,33 +58,28 @@ struct Loader {
     input_c = (tid % 32) * C::IC;
     oc = work.oc0 + filter_c;
     ic = work.ic0 + input_c;
-    grad_vectors = out_c % C::FC == 0 && reinterpret_cast<uintptr_t>(dy) % (sizeof(T) * C::FC) == 0;
-    input_vectors = in_c % C::IC == 0 && reinterpret_cast<uintptr_t>(x) % (sizeof(T) * C::IC) == 0;
+    vectors = out_c % C::FC == 0 && reinterpret_cast<uintptr_t>(dy) % (sizeof(T) * C::FC) == 0 &&
+              in_c % C::IC == 0 && reinterpret_cast<uintptr_t>(x) % (sizeof(T) * C::IC) == 0;
     walk = w;
     cursor.start(unit, walk);
   }
 
   // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase.
+  template <bool Vectors>
   __device__ void load() {
     const bool valid = cursor.valid(walk);
     const int oh = cursor.out_row(walk), w0 = cursor.out_col(walk);
     const int grad_at = valid ? ((cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0;
 #pragma unroll
-    for (int e = 0; e < C::r; ++e) {
-      float v[C::FC];
-      load_channels(v, out_grad + grad_at + e * out_c, valid, out_c - oc, grad_vectors);
-#pragma unroll
-      for (int q = 0; q < C::FC; ++q) filter_regs[q][e] = v[q];
-    }
+    for (int e = 0; e < C::r; ++e)
+      load_channels<Vectors>(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc);
     const int row_at = valid ? (cursor.image * in_h + oh + row_offset) * in_w : 0;
 #pragma unroll
     for (int e = 0; e < C::alpha; ++e) {
       const int col = input_column(w0, f0, e, pad_left);
       const bool in_bounds = valid && column_in_bounds(col, in_w);
-      float v[C::IC];
-      load_channels(v, input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds, in_c - ic, input_vectors);
-#pragma unroll
-      for (int q = 0; q < C::IC; ++q) input_regs[q][e] = v[q];
+      load_channels<Vectors>(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds,
+                             in_c - ic);
     }
     cursor.advance(kUnitsPerPhase, walk);
   }
@@ -95,12 +90,22 @@ struct Loader {
     Smem* ds = stage + C::filter_stage;
     float filter_t[C::FC][C::alpha], input_t[C::IC][C::alpha];
 #pragma unroll
-    for (int q = 0; q < C::FC; ++q) Tile::filter(filter_regs[q], filter_t[q]);
+    for (int q = 0; q < C::FC; ++q) {
+      float unit[C::r];
+#pragma unroll
+      for (int e = 0; e < C::r; ++e) unit[e] = filter_raw[e][q];
+      Tile::filter(unit, filter_t[q]);
+    }
 #pragma unroll
     for (int i = 0; i < C::alpha; ++i)
       store_channels<C::operand>(gs + (i * C::K + k) * C::gs_stride + filter_c, filter_t, i);
 #pragma unroll
-    for (int q = 0; q < C::IC; ++q) Tile::input(input_regs[q], input_t[q]);
+    for (int q = 0; q < C::IC; ++q) {
+      float tile[C::alpha];
+#pragma unroll
+      for (int e = 0; e < C::alpha; ++e) tile[e] = input_raw[e][q];
+      Tile::input(tile, input_t[q]);
+    }
 #pragma unroll
     for (int i = 0; i < C::alpha; ++i)
       store_channels<C::operand>(ds + (i * C::K + k) * C::ds_stride + input_c, input_t, i);
@@ -138,25 +143,33 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   gemm.init(tid);
 
   // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM,
-  // one load phase per part of the GEMM.
-  if (steps > 0) {
-    static_for<0, C::phases>([&](auto phase) {
-      loader.load();
-      loader.store(smem, decltype(phase)::value * kUnitsPerPhase + loader.unit);
-    });
-  }
-  __syncthreads();
-  for (int s = 0; s < steps; ++s) {
-    const Smem* current = smem + (s & 1) * C::stage;
-    Smem* next = smem + ((s + 1) & 1) * C::stage;
-    const bool more = s + 1 < steps;
-    static_for<0, C::phases>([&](auto phase) {
-      constexpr int ph = decltype(phase)::value;
-      if (more) loader.load();
-      gemm.template run<ph>(current);
-      if (more) loader.store(next, ph * kUnitsPerPhase + loader.unit);
-    });
+  // one load phase per part of the GEMM. Compiled twice, with and without the vector loads, and chosen once.
+  auto main_loop = [&](auto vectors) {
+    constexpr bool V = decltype(vectors)::value;
+    if (steps > 0) {
+      static_for<0, C::phases>([&](auto phase) {
+        loader.template load<V>();
+        loader.store(smem, decltype(phase)::value * kUnitsPerPhase + loader.unit);
+      });
+    }
     __syncthreads();
+    for (int s = 0; s < steps; ++s) {
+      const Smem* current = smem + (s & 1) * C::stage;
+      Smem* next = smem + ((s + 1) & 1) * C::stage;
+      const bool more = s + 1 < steps;
+      static_for<0, C::phases>([&](auto phase) {
+        constexpr int ph = decltype(phase)::value;
+        if (more) loader.template load<V>();
+        gemm.template run<ph>(current);
+        if (more) loader.store(next, ph * kUnitsPerPhase + loader.unit);
+      });
+      __syncthreads();
+    }
+  };
+  if (loader.vectors) {
+    main_loop(std::true_type{});
+  } else {
+    main_loop(std::false_type{});
   }
 
   // Output transform in R rounds (write_result, Algorithm 3 lines 12-18).
