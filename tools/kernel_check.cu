@@ -42,7 +42,8 @@ std::vector<char> random_tensor(int64_t elems, winrs::Storage storage, float sca
     if (storage == winrs::Storage::kF32) {
       std::memcpy(&out[i * 4], &v, 4);
     } else {
-      const uint16_t bits = storage == winrs::Storage::kBF16 ? winrs::float_to_bf16_bits(v) : winrs::float_to_f16_bits(v);
+      const uint16_t bits =
+          storage == winrs::Storage::kBF16 ? winrs::float_to_bf16_bits(v) : winrs::float_to_f16_bits(v);
       std::memcpy(&out[i * 2], &bits, 2);
     }
   }

@@ -97,13 +97,15 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
   const Problem& p = *c.p;
   const int noc = int(std::min<int64_t>(kBlockOc, p.out_c - t.oc0));
   const int nic = int(std::min<int64_t>(kBlockIc, p.in_c - t.ic0));
-  const int oc_end = (noc + kMicroOc - 1) / kMicroOc * kMicroOc, ic_end = (nic + kLanes - 1) / kLanes * kLanes;
+  const int oc_end = (noc + kMicroOc - 1) / kMicroOc * kMicroOc,
+            ic_end = (nic + kLanes - 1) / kLanes * kLanes;
 
   const UnitWalk walk = make_unit_walk(p, seg, t.fh, r);
   const int units = walk.units();
 
   std::vector<float> m(size_t(alpha) * kBlockOc * kBlockIc, 0.0f);
-  Operands wt(size_t(alpha) * kUnitsPerStep * kBlockOc, split), xt(size_t(alpha) * kUnitsPerStep * kBlockIc, split);
+  Operands wt(size_t(alpha) * kUnitsPerStep * kBlockOc, split),
+      xt(size_t(alpha) * kUnitsPerStep * kBlockIc, split);
 
   UnitCursor u;
   u.start(0, walk);
@@ -129,8 +131,9 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
         Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {
           const int col = input_column(int(w0), t.f0, e, int(p.pad_left));
-          x[e] = column_in_bounds(col, int(p.in_w)) ? load_lanes<S>(c.input, row + int64_t(col) * p.in_c + ic, nic - ic)
-                                                    : Vec(0.0);
+          x[e] = column_in_bounds(col, int(p.in_w))
+                     ? load_lanes<S>(c.input, row + int64_t(col) * p.in_c + ic, nic - ic)
+                     : Vec(0.0);
         }
         Tile::input(x, tr);
         for (int i = 0; i < alpha; ++i)
@@ -153,11 +156,14 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
   for (int oc = 0; oc < noc; ++oc) {
     for (int ic = 0; ic < nic; ic += kLanes) {
       Vec acc[alpha], y[n];
-      for (int i = 0; i < alpha; ++i) std::copy_n(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes, acc[i].v);
+      for (int i = 0; i < alpha; ++i)
+        std::copy_n(&m[(size_t(i) * kBlockOc + oc) * kBlockIc + ic], kLanes, acc[i].v);
       Tile::output(acc, y);
       for (int j = 0; j < n; ++j) {
-        float* dst = c.bucket + (((t.oc0 + oc) * p.filter_h + t.fh) * p.filter_w + t.f0 + j) * p.in_c + t.ic0 + ic;
-        for (int l = 0; l < std::min(kLanes, nic - ic); ++l) dst[l] = c.accumulate ? dst[l] + y[j].v[l] : y[j].v[l];
+        float* dst =
+            c.bucket + (((t.oc0 + oc) * p.filter_h + t.fh) * p.filter_w + t.f0 + j) * p.in_c + t.ic0 + ic;
+        for (int l = 0; l < std::min(kLanes, nic - ic); ++l)
+          dst[l] = c.accumulate ? dst[l] + y[j].v[l] : y[j].v[l];
       }
     }
   }
@@ -188,13 +194,15 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
   // same order as the two GPU launches.
   for (int kernel = 0; kernel < 2; ++kernel) {
     const int variant = kernel == 0 ? plan.variant0 : plan.variant1;
-    const TileScheduler scheduler = make_scheduler(p, plan.grid, kernel, kVariants[variant].n, kBlockOc, kBlockIc);
+    const TileScheduler scheduler =
+        make_scheduler(p, plan.grid, kernel, kVariants[variant].n, kBlockOc, kBlockIc);
     const TileFn fn = kTileFns[static_cast<int>(plan.path)][variant];
     parallel_for(scheduler.count(), [&](int64_t index) {
       const WorkTile t = scheduler.tile(index);
       const int bucket = plan.grid.bucket(t.segment);
       const TileContext c{&p, b.input, b.out_grad,
-                          bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems, kernel == 1};
+                          bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems,
+                          kernel == 1};
       fn(c, plan.grid.segment(t.segment), t);
     });
   }

@@ -16,17 +16,19 @@ namespace winrs::ffi_glue {
 namespace {
 
 ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
-                                PlanAttrs attrs) {
+                                ffi::ResultBuffer<ffi::F32> filter_grad,
+                                ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
   try {
     BackwardFilterOp op;
     if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
       return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
     const char* stage = "";
-    if (cudaError_t e = cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
-                                                  filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
+    if (cudaError_t e =
+            cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
+                                      filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
         e != cudaSuccess)
-      return ffi::Error::Internal(std::string("winrs_backward_filter: ") + stage + ": " + cudaGetErrorString(e));
+      return ffi::Error::Internal(std::string("winrs_backward_filter: ") + stage + ": " +
+                                  cudaGetErrorString(e));
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
   }

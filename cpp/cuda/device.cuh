@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "winrs/paths.h"
 
@@ -52,9 +53,9 @@ __device__ __forceinline__ uint32_t tf32_bits(float f) {
   return r;
 }
 
-// P consecutive elements of the storage type, as loaded: the raw registers stay untouched until the transforms
-// need them, so the loads of the next phase stay in flight during the GEMM (converting right after the load
-// would wait for it: on the 16-bit paths that exposed every load's latency, 3x slower).
+// P consecutive elements of the storage type, as loaded: the raw registers stay untouched until the
+// transforms need them, so the loads of the next phase stay in flight during the GEMM (converting right after
+// the load would wait for it: on the 16-bit paths that exposed every load's latency, 3x slower).
 template <int P, typename T>
 struct Channels {
   alignas(P * sizeof(T)) T v[P];
@@ -63,10 +64,12 @@ struct Channels {
 };
 
 // Loads P consecutive elements from global memory; zeros where !valid or beyond `remaining` elements. With
-// Vectors (the channel count is a multiple of P and the base pointer is aligned to P elements) one predicated
-// P-wide load serves; the kernel picks the variant once per launch, so the loads need no branches.
+// vectors (the channel count is a multiple of P and the base pointer is aligned to P elements) one predicated
+// P-wide load serves. `vectors` is a compile-time constant where the kernel compiled its main loop for each
+// case (no branch per load), or a bool.
 template <bool Vectors, int P, typename T>
-__device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining) {
+__device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining,
+                                              std::integral_constant<bool, Vectors>) {
   dst = Channels<P, T>{};
   if constexpr (Vectors) {
     constexpr int bytes = P * int(sizeof(T));
@@ -88,9 +91,20 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
   }
 }
 
+template <int P, typename T>
+__device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining,
+                                              bool vectors) {
+  if (vectors) {
+    load_channels(dst, src, valid, remaining, std::true_type{});
+  } else {
+    load_channels(dst, src, valid, remaining, std::false_type{});
+  }
+}
+
 // Element i of P transformed tiles, converted to the operand, to P consecutive shared-memory elements.
 template <Operand O, int P, int Alpha>
-__device__ __forceinline__ void store_channels(typename SmemType<O>::T* dst, const float (&t)[P][Alpha], int i) {
+__device__ __forceinline__ void store_channels(typename SmemType<O>::T* dst, const float (&t)[P][Alpha],
+                                               int i) {
   if constexpr (O == Operand::kBF16 || O == Operand::kF16) {
     using Pair = typename std::conditional<O == Operand::kBF16, __nv_bfloat162, __half2>::type;
     auto pack = [](float a, float b) {
@@ -114,7 +128,8 @@ __device__ __forceinline__ void store_channels(typename SmemType<O>::T* dst, con
   } else {
     auto value = [](float v) { return O == Operand::kTF32 ? __uint_as_float(tf32_bits(v)) : v; };
     if constexpr (P == 4) {
-      *reinterpret_cast<float4*>(dst) = make_float4(value(t[0][i]), value(t[1][i]), value(t[2][i]), value(t[3][i]));
+      *reinterpret_cast<float4*>(dst) =
+          make_float4(value(t[0][i]), value(t[1][i]), value(t[2][i]), value(t[3][i]));
     } else if constexpr (P == 2) {
       *reinterpret_cast<float2*>(dst) = make_float2(value(t[0][i]), value(t[1][i]));
     } else {

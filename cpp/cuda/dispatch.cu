@@ -48,8 +48,9 @@ __global__ void bucket_reduction_kernel(float* filter_grad, const float* workspa
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < groups * bucket_elems;
        e += (long long)gridDim.x * blockDim.x) {
     const long long g = e / bucket_elems, local = e % bucket_elems;
-    filter_grad[e] = kahan_bucket_sum(filter_grad + g * bucket_elems, workspace + g * (buckets - 1) * bucket_elems,
-                                      bucket_elems, buckets, local);
+    filter_grad[e] =
+        kahan_bucket_sum(filter_grad + g * bucket_elems, workspace + g * (buckets - 1) * bucket_elems,
+                         bucket_elems, buckets, local);
   }
 }
 
@@ -61,13 +62,15 @@ cudaError_t launch_bucket_reduction(float* filter_grad, const float* workspace, 
   config.gridDim = dim3(unsigned(std::min<long long>(blocks, 65536)));
   config.blockDim = dim3(kBlock);
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, bucket_reduction_kernel, filter_grad, workspace, groups, bucket_elems, buckets);
+  return cudaLaunchKernelEx(&config, bucket_reduction_kernel, filter_grad, workspace, groups, bucket_elems,
+                            buckets);
 }
 
 }  // namespace
 
 cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, const void* out_grad,
-                                float* filter_grad, float* workspace, cudaStream_t stream, const char** stage) {
+                                float* filter_grad, float* workspace, cudaStream_t stream,
+                                const char** stage) {
   constexpr long long kMaxGroups = 65535;  // gridDim.y
   const Problem& p = op.problem;
   const Plan& plan = op.plan;
@@ -92,7 +95,8 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
   }
   if (plan.buckets > 1) {
     *stage = "bucket reduction launch";
-    return launch_bucket_reduction(filter_grad, workspace, op.groups, p.filter_elems(), int(plan.buckets), stream);
+    return launch_bucket_reduction(filter_grad, workspace, op.groups, p.filter_elems(), int(plan.buckets),
+                                   stream);
   }
   return cudaSuccess;
 }

@@ -114,9 +114,10 @@ struct MmaGemm {
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         if constexpr (split) {
-          // The small products first (CUTLASS's 3xTF32 order), into a fresh partial sum that joins the running
-          // sum by an FP32 add: the tensor cores' accumulation does not round to nearest, and over the
-          // thousands of steps of a long reduction its bias alone cost 10x FP32's error (measured on an H100).
+          // The small products first (CUTLASS's 3xTF32 order), into a fresh partial sum that joins the
+          // running sum by an FP32 add: the tensor cores' accumulation does not round to nearest, and over
+          // the thousands of steps of a long reduction its bias alone cost 10x FP32's error (measured on an
+          // H100).
           float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           mma_tf32(partial, a_low[mi], b_high[0], b_high[1]);
           mma_tf32(partial, a_high[mi], b_low[0], b_low[1]);
@@ -157,7 +158,8 @@ struct MmaGemm {
           float* dst = out + ((slice0 + s) * C::round_rows + row) * C::out_stride + n0 + 2 * t;
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni)
-            *reinterpret_cast<float2*>(dst + ni * 8) = make_float2(acc[s][mi][ni][2 * h], acc[s][mi][ni][2 * h + 1]);
+            *reinterpret_cast<float2*>(dst + ni * 8) =
+                make_float2(acc[s][mi][ni][2 * h], acc[s][mi][ni][2 * h + 1]);
         }
   }
 };

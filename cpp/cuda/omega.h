@@ -30,6 +30,7 @@ cudaError_t launch_class(int variant, const OmegaArgs& args, cudaStream_t stream
 // The whole operator on `stream`: both kernels of the pair for every stacked problem (split into launches of
 // at most 65535 problems), then the bucket reduction. Returns the first error and names its stage.
 cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, const void* out_grad,
-                                float* filter_grad, float* workspace, cudaStream_t stream, const char** stage);
+                                float* filter_grad, float* workspace, cudaStream_t stream,
+                                const char** stage);
 
 }  // namespace winrs::cuda

@@ -1,5 +1,6 @@
 // Compile-time configuration of the Omega kernel for one variant on one arithmetic path: block shape,
-// shared-memory layout and the number of output rounds, all derived from the variant table and the path table.
+// shared-memory layout and the number of output rounds, all derived from the variant table and the path
+// table.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,7 @@ struct OmegaConfig {
   static constexpr Operand operand = path_info(P).operand;
   static constexpr bool tensor_cores = path_info(P).tensor_cores;
   using Storage = typename StorageType<path_info(P).storage>::T;  // X and dY in global memory
-  using Smem = typename SmemType<operand>::T;                      // staged GEMM operands
+  using Smem = typename SmemType<operand>::T;                     // staged GEMM operands
 
   static constexpr int alpha = Tile::alpha, n = Tile::n, r = Tile::r;
   static constexpr int BN = kVariants[V].shape(P).block_oc, BM = kVariants[V].shape(P).block_ic;

@@ -8,8 +8,8 @@
 // output transform runs after the loop, in R rounds through shared memory, and writes the segment's bucket.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
-// elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the channel
-// counts and the base pointers allow it.
+// elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
+// channel counts and the base pointers allow it.
 #pragma once
 
 #include <climits>
@@ -26,9 +26,9 @@ namespace winrs::cuda {
 template <class C>
 using GemmPolicy = std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>;
 
-// Global -> registers -> transforms -> shared memory for one unit per warp and phase (Algorithm 3, lines 1-7).
-// Each thread covers FC consecutive output channels of its warp's dY unit and IC consecutive input channels of
-// its X tile: one cursor and one address per side.
+// Global -> registers -> transforms -> shared memory for one unit per warp and phase (Algorithm 3, lines
+// 1-7). Each thread covers FC consecutive output channels of its warp's dY unit and IC consecutive input
+// channels of its X tile: one cursor and one address per side.
 template <class C>
 struct Loader {
   using T = typename C::Storage;
@@ -42,8 +42,8 @@ struct Loader {
   bool vectors;  // both channel counts and base pointers allow the P-wide loads
   UnitWalk walk;
   UnitCursor cursor;
-  Channels<C::FC, T> filter_raw[C::r];      // the dY unit, as loaded
-  Channels<C::IC, T> input_raw[C::alpha];   // the X tile, as loaded
+  Channels<C::FC, T> filter_raw[C::r];     // the dY unit, as loaded
+  Channels<C::IC, T> input_raw[C::alpha];  // the X tile, as loaded
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
@@ -64,22 +64,23 @@ struct Loader {
     cursor.start(unit, walk);
   }
 
-  // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase.
-  template <bool Vectors>
-  __device__ void load() {
+  // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase. `vectors`: see
+  // load_channels.
+  template <typename Vectors>
+  __device__ void load(Vectors vectors) {
     const bool valid = cursor.valid(walk);
     const int oh = cursor.out_row(walk), w0 = cursor.out_col(walk);
     const int grad_at = valid ? ((cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0;
 #pragma unroll
     for (int e = 0; e < C::r; ++e)
-      load_channels<Vectors>(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc);
+      load_channels(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc, vectors);
     const int row_at = valid ? (cursor.image * in_h + oh + row_offset) * in_w : 0;
 #pragma unroll
     for (int e = 0; e < C::alpha; ++e) {
       const int col = input_column(w0, f0, e, pad_left);
       const bool in_bounds = valid && column_in_bounds(col, in_w);
-      load_channels<Vectors>(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds,
-                             in_c - ic);
+      load_channels(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds, in_c - ic,
+                    vectors);
     }
     cursor.advance(kUnitsPerPhase, walk);
   }
@@ -133,7 +134,8 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   const SegmentGrid& grid = args.grid;
   const WorkTile work = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM).tile(blockIdx.x);
   const int bucket_index = grid.bucket(work.segment);
-  float* bucket = bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
+  float* bucket =
+      bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
   const UnitWalk walk = make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
   const int steps = (walk.units() + C::K - 1) / C::K;
 
@@ -143,12 +145,13 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   gemm.init(tid);
 
   // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM,
-  // one load phase per part of the GEMM. Compiled twice, with and without the vector loads, and chosen once.
+  // one load phase per part of the GEMM. Kernels with a register budget to spare (one block per SM) compile
+  // it twice, with and without the vector loads, and choose once; under the 128-register cap of two blocks
+  // per SM the second copy spilled, so those keep one copy that chooses per load.
   auto main_loop = [&](auto vectors) {
-    constexpr bool V = decltype(vectors)::value;
     if (steps > 0) {
       static_for<0, C::phases>([&](auto phase) {
-        loader.template load<V>();
+        loader.load(vectors);
         loader.store(smem, decltype(phase)::value * kUnitsPerPhase + loader.unit);
       });
     }
@@ -159,14 +162,16 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
       const bool more = s + 1 < steps;
       static_for<0, C::phases>([&](auto phase) {
         constexpr int ph = decltype(phase)::value;
-        if (more) loader.template load<V>();
+        if (more) loader.load(vectors);
         gemm.template run<ph>(current);
         if (more) loader.store(next, ph * kUnitsPerPhase + loader.unit);
       });
       __syncthreads();
     }
   };
-  if (loader.vectors) {
+  if constexpr (C::blocks_per_sm > 1) {
+    main_loop(loader.vectors);
+  } else if (loader.vectors) {
     main_loop(std::true_type{});
   } else {
     main_loop(std::false_type{});
@@ -202,13 +207,15 @@ template <int V, Path P>
 cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
   using C = OmegaConfig<V, P>;
   const long long blocks = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
-  if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535) return cudaErrorInvalidConfiguration;
+  if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535)
+    return cudaErrorInvalidConfiguration;
   auto* kernel = omega_kernel<V, P>;
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
       e != cudaSuccess)
     return e;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
       e != cudaSuccess)
     return e;
   cudaLaunchConfig_t config = {};
@@ -222,7 +229,8 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
 }
 
 template <Path P, int AlphaClass, int... Vs>
-cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t stream, std::integer_sequence<int, Vs...>) {
+cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t stream,
+                            std::integer_sequence<int, Vs...>) {
   cudaError_t result = cudaErrorInvalidValue;
   (
       [&] {
@@ -236,7 +244,8 @@ cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t str
 
 template <Path P, int AlphaClass>
 cudaError_t launch_class(int variant, const OmegaArgs& args, cudaStream_t stream) {
-  return launch_in_class<P, AlphaClass>(variant, args, stream, std::make_integer_sequence<int, kNumVariants>{});
+  return launch_in_class<P, AlphaClass>(variant, args, stream,
+                                        std::make_integer_sequence<int, kNumVariants>{});
 }
 
 }  // namespace winrs::cuda

@@ -93,10 +93,10 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::
     if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
       return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
     std::string error;
-    cpu::backward_filter(op,
-                         {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
-                          workspace->typed_data()},
-                         Pool{&pool, &error});
+    cpu::backward_filter(
+        op,
+        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
+        Pool{&pool, &error});
     if (!error.empty()) return ffi::Error::Internal("winrs_backward_filter: " + error);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());

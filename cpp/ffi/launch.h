@@ -16,10 +16,10 @@ namespace winrs::ffi_glue {
 // winrs_jax.Plan.ffi_attributes in Python.
 struct PlanAttrs {
   int64_t pad_top, pad_bottom, pad_left, pad_right;
-  int64_t path;      // winrs::Path
-  int64_t reference;  // winrs::Path whose accuracy the kernels must keep
-  int64_t sm_count;  // the planner's target GPU
-  int64_t segments;  // > 0 forces Z^
+  int64_t path;                // winrs::Path
+  int64_t reference;           // winrs::Path whose accuracy the kernels must keep
+  int64_t sm_count;            // the planner's target GPU
+  int64_t segments;            // > 0 forces Z^
   int64_t variant0, variant1;  // >= 0 force the kernel pair
 };
 
@@ -38,17 +38,19 @@ inline xla::ffi::DataType storage_dtype(Path path) {
 // O_C x F_H x F_W x I_C (float32), each behind the same leading (vmapped) axes, and a float32 workspace of
 // op->workspace_elems(). Returns an error message, empty on success.
 template <typename Ret>
-std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad, Ret& filter_grad,
-                        Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
+std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                        Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (!valid_path(int(a.path)) || !valid_path(int(a.reference))) return "unknown arithmetic path";
   if (a.sm_count < 1 || a.sm_count > kIntMax || a.segments < 0 || a.segments > kIntMax)
     return "planner attribute out of range";
   for (int64_t v : {a.variant0, a.variant1})
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
-  const PlanOptions options{static_cast<Path>(a.path), static_cast<Path>(a.reference), int(a.sm_count),
-                            int(a.segments), int(a.variant0), int(a.variant1)};
-  if (input.element_type() != storage_dtype(options.path) || out_grad.element_type() != storage_dtype(options.path))
+  const PlanOptions options{static_cast<Path>(a.path), static_cast<Path>(a.reference),
+                            int(a.sm_count),           int(a.segments),
+                            int(a.variant0),           int(a.variant1)};
+  if (input.element_type() != storage_dtype(options.path) ||
+      out_grad.element_type() != storage_dtype(options.path))
     return std::string("input and output gradient must be stored as the element type of path ") +
            path_info(options.path).name;
 
@@ -78,6 +80,6 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     winrs::ffi_glue::PlanAttrs, ::xla::ffi::StructMember<int64_t>("pad_top"),
     ::xla::ffi::StructMember<int64_t>("pad_bottom"), ::xla::ffi::StructMember<int64_t>("pad_left"),
     ::xla::ffi::StructMember<int64_t>("pad_right"), ::xla::ffi::StructMember<int64_t>("path"),
-    ::xla::ffi::StructMember<int64_t>("reference"),
-    ::xla::ffi::StructMember<int64_t>("sm_count"), ::xla::ffi::StructMember<int64_t>("segments"),
-    ::xla::ffi::StructMember<int64_t>("variant0"), ::xla::ffi::StructMember<int64_t>("variant1"));
+    ::xla::ffi::StructMember<int64_t>("reference"), ::xla::ffi::StructMember<int64_t>("sm_count"),
+    ::xla::ffi::StructMember<int64_t>("segments"), ::xla::ffi::StructMember<int64_t>("variant0"),
+    ::xla::ffi::StructMember<int64_t>("variant1"));

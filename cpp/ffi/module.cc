@@ -112,8 +112,9 @@ NB_MODULE(_winrs, m) {
     if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
     const winrs::Operand op = winrs::kPaths[path].operand;
     std::vector<float> out;
-    for (float v : values) out.push_back(op == winrs::Operand::kTF32Split ? winrs::split_tf32(v).high
-                                                                            : winrs::round_operand(op, v));
+    for (float v : values)
+      out.push_back(op == winrs::Operand::kTF32Split ? winrs::split_tf32(v).high
+                                                     : winrs::round_operand(op, v));
     return out;
   });
 
@@ -146,8 +147,10 @@ NB_MODULE(_winrs, m) {
                              {pad_top, pad_bottom, pad_left, pad_right}};
         winrs::BackwardFilterOp op;
         const std::string error = winrs::make_backward_filter(
-            shapes, winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
-                                       segments, variant0, variant1}, &op);
+            shapes,
+            winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
+                               segments, variant0, variant1},
+            &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
         d["supported"] = error.empty();
@@ -167,8 +170,8 @@ NB_MODULE(_winrs, m) {
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
-      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"), nb::arg("segments"),
-      nb::arg("variant0") = -1, nb::arg("variant1") = -1);
+      nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
+      nb::arg("segments"), nb::arg("variant0") = -1, nb::arg("variant1") = -1);
 
   m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {
     if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||

@@ -51,7 +51,7 @@ inline uint16_t float_to_f16_bits(float f) {
   const uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to infinity
-  if (abs >= 0x38800000u) {                                    // normal half (>= 2^-14)
+  if (abs >= 0x38800000u) {                                 // normal half (>= 2^-14)
     const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
     return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
   }

@@ -7,12 +7,13 @@ namespace winrs {
 std::string make_backward_filter(const Shapes& s, const PlanOptions& options, BackwardFilterOp* op) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (s.input[0] != s.out_grad[0]) return "input and output gradient have different batch sizes";
-  if (s.filter_grad[0] != s.out_grad[3]) return "filter gradient and output gradient have different output channels";
+  if (s.filter_grad[0] != s.out_grad[3])
+    return "filter gradient and output gradient have different output channels";
   if (s.filter_grad[3] != s.input[3]) return "filter gradient and input have different input channels";
   if (s.groups < 1 || s.groups > kIntMax) return "number of stacked problems out of range";
-  op->problem = Problem{s.input[0],       s.input[1],       s.input[2], s.input[3], s.out_grad[1],
-                        s.out_grad[2],    s.out_grad[3],    s.filter_grad[1],       s.filter_grad[2],
-                        s.pads[0],        s.pads[1],        s.pads[2],  s.pads[3]};
+  op->problem = Problem{s.input[0],    s.input[1],    s.input[2],       s.input[3],       s.out_grad[1],
+                        s.out_grad[2], s.out_grad[3], s.filter_grad[1], s.filter_grad[2], s.pads[0],
+                        s.pads[1],     s.pads[2],     s.pads[3]};
   const Problem& p = op->problem;
   for (int64_t d : {p.in_h, p.in_w, p.out_h, p.out_w, p.filter_h, p.filter_w})
     if (d > kIntMax) return "spatial dimension too large";

@@ -1,7 +1,7 @@
 // The backward-filter operator of one call, in the habit of CUTLASS's device operators: built from the buffer
 // shapes and the planner's inputs, it says whether it can run (the reason when not), how much workspace it
-// needs, and holds the one plan that the CPU executor and the CUDA launcher run. The nanobind planner and both
-// FFI handlers build it the same way, so Python and the handlers cannot disagree about a plan.
+// needs, and holds the one plan that the CPU executor and the CUDA launcher run. The nanobind planner and
+// both FFI handlers build it the same way, so Python and the handlers cannot disagree about a plan.
 #pragma once
 
 #include <cstdint>

@@ -31,10 +31,8 @@ struct PathInfo {
 };
 
 inline constexpr PathInfo kPaths[kNumPaths] = {
-    {"fp32", Storage::kF32, Operand::kF32, false, 8},
-    {"tf32x3", Storage::kF32, Operand::kTF32Split, true, 8},
-    {"tf32", Storage::kF32, Operand::kTF32, true, 8},
-    {"bf16", Storage::kBF16, Operand::kBF16, true, 16},
+    {"fp32", Storage::kF32, Operand::kF32, false, 8}, {"tf32x3", Storage::kF32, Operand::kTF32Split, true, 8},
+    {"tf32", Storage::kF32, Operand::kTF32, true, 8}, {"bf16", Storage::kBF16, Operand::kBF16, true, 16},
     {"fp16", Storage::kF16, Operand::kF16, true, 16},
 };
 

@@ -94,9 +94,9 @@ int64_t primary_width(int variant0, int variant1, int64_t out_w) {
 
 double accuracy_budget(Path reference) {
   // XLA's filter gradient is a direct (GEMM-style) sum with the reference's operand rounding, so the direct
-  // kernel's MARE on the reference path stands for XLA's. Issue 7 allows 4x XLA's error at float32 HIGHEST and
-  // 2x in the reduced-precision types. With the measured table this admits the alpha <= 8 kernels everywhere and
-  // the alpha-16 ones only on FP32-accurate paths when TF32 accuracy was asked for.
+  // kernel's MARE on the reference path stands for XLA's. Issue 7 allows 4x XLA's error at float32 HIGHEST
+  // and 2x in the reduced-precision types. With the measured table this admits the alpha <= 8 kernels
+  // everywhere and the alpha-16 ones only on FP32-accurate paths when TF32 accuracy was asked for.
   return (reference == Path::kFp32 ? 4.0 : 2.0) * kVariants[0].shape(reference).mare;
 }
 
@@ -104,7 +104,9 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, double
   KernelPair best;
   if (!has_winograd_divisor(filter_w)) return best;
   double best_cost = std::numeric_limits<double>::infinity();
-  auto admitted = [&](int v) { return filter_w % kVariants[v].n == 0 && kVariants[v].shape(path).mare <= max_mare; };
+  auto admitted = [&](int v) {
+    return filter_w % kVariants[v].n == 0 && kVariants[v].shape(path).mare <= max_mare;
+  };
   for (int v0 = 0; v0 < kNumVariants; ++v0) {
     if (!admitted(v0)) continue;
     for (int v1 = 0; v1 < kNumVariants; ++v1) {
@@ -114,7 +116,7 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, double
       if (width0 == 0) continue;
       const int64_t rest = out_w - width0;
       const double cost = double(width0) / kVariants[v0].relative_speed(path) +
-                           double(rest) / kVariants[v1].relative_speed(path);
+                          double(rest) / kVariants[v1].relative_speed(path);
       if (cost < best_cost * (1 - 1e-12)) {
         best_cost = cost;
         best.variant0 = v0;

@@ -18,9 +18,9 @@ struct PlanOptions {
   // The arithmetic XLA uses for the same dtype and precision (float32 HIGHEST: kFp32, DEFAULT on a GPU:
   // kTf32, bfloat16: kBf16, float16: kFp16). It sets the accuracy budget the kernels must meet (plan.cc).
   Path reference = Path::kFp32;
-  int sm_count = 132;       // streaming multiprocessors of the target GPU (H100 SXM by default)
-  int segments = 0;         // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
-  int variant0 = -1;        // >= 0 forces the kernel pair (for tests and kernel tuning)
+  int sm_count = 132;  // streaming multiprocessors of the target GPU (H100 SXM by default)
+  int segments = 0;    // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+  int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
   int variant1 = -1;
 };
 
@@ -47,8 +47,8 @@ struct KernelPair {
 
 // Considers only variants whose MARE on `path` is at most max_mare.
 KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, double max_mare);
-// Issue 7's accuracy promise: the largest MARE a kernel may have when XLA would compute the same gradient with
-// the `reference` arithmetic.
+// Issue 7's accuracy promise: the largest MARE a kernel may have when XLA would compute the same gradient
+// with the `reference` arithmetic.
 double accuracy_budget(Path reference);
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);

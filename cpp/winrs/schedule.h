@@ -16,9 +16,9 @@
 namespace winrs {
 
 struct WorkTile {
-  int segment;  // z, an index into the SegmentGrid
-  int fh;       // filter row
-  int f0;       // first filter-gradient column of the tile
+  int segment;   // z, an index into the SegmentGrid
+  int fh;        // filter row
+  int f0;        // first filter-gradient column of the tile
   int oc0, ic0;  // first output and input channel of the block
 };
 
@@ -73,7 +73,8 @@ struct UnitWalk {
 
 WINRS_HD inline UnitWalk make_unit_walk(const Problem& p, const Segment& seg, int fh, int r) {
   const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, int(p.pad_top), int(p.in_h));
-  return UnitWalk{int(p.batch), rows.begin, rows.end - rows.begin, (seg.w_end - seg.w_begin) / r, seg.w_begin, r};
+  return UnitWalk{int(p.batch), rows.begin, rows.end - rows.begin, (seg.w_end - seg.w_begin) / r,
+                  seg.w_begin,  r};
 }
 
 // Position of one unit in the walk; advancing needs no integer division in the loop.
@@ -96,7 +97,7 @@ struct UnitCursor {
     }
   }
   WINRS_HD bool valid(const UnitWalk& w) const { return row < w.rows; }
-  WINRS_HD int out_row(const UnitWalk& w) const { return w.row_begin + row; }  // dY row
+  WINRS_HD int out_row(const UnitWalk& w) const { return w.row_begin + row; }      // dY row
   WINRS_HD int out_col(const UnitWalk& w) const { return w.w_begin + col * w.r; }  // first dY column
 };
 

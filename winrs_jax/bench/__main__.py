@@ -22,20 +22,24 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _table(results: list[tuple[str, Result]]) -> str:
-    head = (
-        f"{'suite':<6} {'layer':<24} {'dtype':<12} {'path':<7} {'XLA ms':>8} {'WinRS ms':>9} {'torch ms':>9} "
-        f"{'vs XLA':>7} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} {'ws MB':>7} "
-        f"{'XLA tmp MB':>10}"
+_HEAD = (
+    f"{'suite':<6} {'layer':<24} {'dtype':<12} {'path':<7} {'XLA ms':>8} {'WinRS ms':>9} {'torch ms':>9} "
+    f"{'vs XLA':>7} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} {'ws MB':>7} "
+    f"{'XLA tmp MB':>10}"
+)
+
+
+def _row(suite: str, r: Result) -> str:
+    return (
+        f"{suite:<6} {str(r.shape):<24} {r.dtype:<12} {r.path:<7} {r.xla_ms:>8.3f} {r.winrs_ms:>9.3f} "
+        f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
+        f"{r.tflops(r.winrs_ms):>10.1f} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
+        f"{r.winrs_workspace_bytes / 2**20:>7.1f} {r.xla_temp_bytes / 2**20:>10.1f}"
     )
-    rows = [head, "-" * len(head)]
-    for suite, r in results:
-        rows.append(
-            f"{suite:<6} {str(r.shape):<24} {r.dtype:<12} {r.path:<7} {r.xla_ms:>8.3f} {r.winrs_ms:>9.3f} "
-            f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
-            f"{r.tflops(r.winrs_ms):>10.1f} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
-            f"{r.winrs_workspace_bytes / 2**20:>7.1f} {r.xla_temp_bytes / 2**20:>10.1f}"
-        )
+
+
+def _summary(results: list[tuple[str, Result]]) -> str:
+    rows = []
     groups: dict[tuple[str, str], list[Result]] = {}
     for suite, r in results:
         groups.setdefault((suite, r.dtype), []).append(r)
@@ -105,18 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
     print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}", flush=True)
+    print(_HEAD + "\n" + "-" * len(_HEAD), flush=True)
+    sink = args.json.open("w") if args.json else None
+    if sink:
+        sink.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
     results = []
     total = len(cases) * len(dtypes)
     for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
         print(f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True)
-        results.append((suite, measure(shape, dtype, args.repeats, args.calls)))
+        result = measure(shape, dtype, args.repeats, args.calls)
+        results.append((suite, result))
+        print(_row(suite, result), flush=True)  # each row as it is measured: a long run may be cut short
+        if sink:
+            sink.write(json.dumps({"suite": suite, **result.as_json()}) + "\n")
+            sink.flush()
     print(file=sys.stderr)
-    print(_table(results))
-    if args.json:
-        with args.json.open("w") as f:
-            f.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
-            for suite, r in results:
-                f.write(json.dumps({"suite": suite, **r.as_json()}) + "\n")
+    print(_summary(results))
+    if sink:
+        sink.close()
     if args.plot:
         _plot(results, args.plot)
     return 0
