@@ -1,4 +1,9 @@
-import jax
+import os
+
+# Tests of the WinRS path force it; tests of the default (measured) choice set their mode themselves.
+os.environ["WINRS_JAX_MODE"] = "winrs"
+
+import jax  # noqa: E402
 import numpy as np
 import pytest
 

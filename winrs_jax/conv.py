@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from winrs_jax import _partition
+from winrs_jax import _partition, choice
 from winrs_jax.geometry import ConvSpec, Padding, make_spec
 from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
@@ -53,31 +54,35 @@ def _filter_grad(
     options: PlannerOptions | None = None,
 ) -> jax.Array:
     plan = make_plan(lhs.shape, rhs_shape, lhs.dtype, spec, options)
-    if plan.supported:
+    winrs, _ = choice.use_winrs(plan, lhs.dtype, spec.precision, options.mode if options else None)
+    if winrs:
         return _winrs_filter_grad(lhs, out_grad, plan, spec, options).astype(rhs_dtype)
     zeros = jnp.zeros(rhs_shape, rhs_dtype)
     _, rhs_vjp = jax.vjp(lambda rhs: _xla_conv(lhs, rhs, spec), zeros)
     return rhs_vjp(out_grad)[0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None) -> jax.Array:
     return _xla_conv(lhs, rhs, spec, spec.out_sharding)
 
 
 def _conv_fwd(
-    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec
+    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return _xla_conv(lhs, rhs, spec, spec.out_sharding), (lhs, rhs)
 
 
 def _conv_bwd(
-    spec: ConvSpec, residuals: tuple[jax.Array, jax.Array], out_grad: jax.Array
+    spec: ConvSpec,
+    options: PlannerOptions | None,
+    residuals: tuple[jax.Array, jax.Array],
+    out_grad: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
     lhs, rhs = residuals
     _, lhs_vjp = jax.vjp(lambda x: _xla_conv(x, rhs, spec), lhs)
     (lhs_grad,) = lhs_vjp(out_grad)
-    return lhs_grad, _filter_grad(lhs, out_grad, rhs.shape, rhs.dtype, spec)
+    return lhs_grad, _filter_grad(lhs, out_grad, rhs.shape, rhs.dtype, spec, options)
 
 
 _conv.defvjp(_conv_fwd, _conv_bwd)
@@ -96,19 +101,21 @@ def conv(
     precision: Any = None,
     preferred_element_type: Any = None,
     out_sharding: Any = None,
+    options: PlannerOptions | None = None,
 ) -> jax.Array:
-    """Same signature and result as jax.lax.conv_general_dilated.
+    """Same signature and result as jax.lax.conv_general_dilated (plus winrs_jax's own `options`).
 
     The forward pass and the input gradient are XLA's convolutions; the filter gradient runs WinRS when
-    `winrs_jax.plan` of the same arguments says it is supported, and XLA otherwise. Reverse mode only:
-    jax.jvp / jacfwd and second derivatives are not defined for this custom VJP.
+    `winrs_jax.plan` of the same arguments says it is supported and, in the default mode "auto", measured
+    faster than XLA's for the layer (winrs_jax.choice), and XLA otherwise. Reverse mode only: jax.jvp / jacfwd
+    and second derivatives are not defined for this custom VJP.
     """
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     spec = make_spec(
         lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type, out_sharding,
     )  # fmt: skip
-    return _conv(lhs, rhs, spec)
+    return _conv(lhs, rhs, spec, options)
 
 
 def conv_backward_filter(
@@ -166,9 +173,16 @@ def plan(
     options: PlannerOptions | None = None,
 ) -> Plan:
     """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs.
-    (out_sharding is accepted for symmetry with conv; it does not change the plan.)"""
+    In mode "auto" it includes the measured choice (measuring now when the layer is new). (out_sharding is
+    accepted for symmetry with conv; it does not change the plan.)"""
     spec = make_spec(
         np.shape(lhs), np.shape(rhs), lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
-    return make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options)
+    plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options)
+    if not plan.supported:
+        return plan
+    mode = choice.current_mode(options.mode if options else None)
+    winrs, decision = choice.use_winrs(plan, lhs.dtype, spec.precision, mode)
+    text = decision.describe() if decision else ("WinRS" if winrs else "XLA") + f" (mode {mode})"
+    return dataclasses.replace(plan, mode=mode, choice=text)

@@ -86,6 +86,8 @@ class PlannerOptions:
     sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
     segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments).
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
+    mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
+        winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
     path: force the arithmetic path, one of PATHS that the dtype allows: "fp32", "tf32x3" or "tf32" for
         float32, "bf16" for bfloat16, "fp16" for float16. By default float32 follows `precision` as XLA does on
         the platform (see resolve_path).
@@ -95,6 +97,7 @@ class PlannerOptions:
     segments: int | None = None
     kernels: tuple[int, int] | None = None
     path: str | None = None
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernels is not None:  # hashable, whatever sequence was given
@@ -128,6 +131,8 @@ class Plan:
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
+    mode: str = "auto"
+    choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
     @property
     def kernels(self) -> tuple[Variant, ...]:
@@ -160,7 +165,7 @@ class Plan:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
         kernels = self.kernels
         lines = [
-            "WinRS plan",
+            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",

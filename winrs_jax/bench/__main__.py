@@ -24,7 +24,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 _HEAD = (
     f"{'suite':<6} {'layer':<24} {'dtype':<12} {'path':<7} {'XLA ms':>8} {'WinRS ms':>9} {'torch ms':>9} "
-    f"{'vs XLA':>7} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} {'ws MB':>7} "
+    f"{'vs XLA':>7} {'auto':>5} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} {'ws MB':>7} "
     f"{'XLA tmp MB':>10}"
 )
 
@@ -32,7 +32,7 @@ _HEAD = (
 def _row(suite: str, r: Result) -> str:
     return (
         f"{suite:<6} {str(r.shape):<24} {r.dtype:<12} {r.path:<7} {r.xla_ms:>8.3f} {r.winrs_ms:>9.3f} "
-        f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
+        f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {r.auto:>5} {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
         f"{r.tflops(r.winrs_ms):>10.1f} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
         f"{r.winrs_workspace_bytes / 2**20:>7.1f} {r.xla_temp_bytes / 2**20:>10.1f}"
     )
@@ -44,11 +44,14 @@ def _summary(results: list[tuple[str, Result]]) -> str:
     for suite, r in results:
         groups.setdefault((suite, r.dtype), []).append(r)
     for (suite, dtype), group in groups.items():
-        line = f"{suite} {dtype}: vs XLA geomean {_geomean([r.speedup for r in group]):.2f}x, min "
-        line += f"{min(r.speedup for r in group):.2f}x"
+        line = f"{suite} {dtype}: WinRS vs XLA geomean {_geomean([r.speedup for r in group]):.2f}x, min "
+        line += f"{min(r.speedup for r in group):.2f}x; auto vs XLA geomean "
+        line += (
+            f"{_geomean([r.speedup_auto for r in group]):.2f}x, min {min(r.speedup_auto for r in group):.2f}x"
+        )
         torch = [r.speedup_torch for r in group if r.speedup_torch is not None]
         if torch:
-            line += f"; vs PyTorch/cuDNN geomean {_geomean(torch):.2f}x, min {min(torch):.2f}x"
+            line += f"; WinRS vs PyTorch/cuDNN geomean {_geomean(torch):.2f}x, min {min(torch):.2f}x"
         rows.append(f"{line} ({len(group)} layers)")
     return "\n".join(rows)
 

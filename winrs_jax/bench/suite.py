@@ -17,6 +17,7 @@ from jax import lax
 import winrs_jax
 
 DN = ("NHWC", "HWIO", "NHWC")
+WINRS = winrs_jax.PlannerOptions(mode="winrs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,11 +140,17 @@ class Result:
     xla_mare: float | None
     max_rel_diff: float  # |winrs - XLA| / max |XLA|
     path: str  # the WinRS arithmetic path, or "xla" when the plan fell back
+    auto: str  # what the default mode "auto" runs for this layer after its own measurement: "winrs" or "xla"
     plan: str
 
     @property
     def speedup(self) -> float:
         return self.xla_ms / self.winrs_ms
+
+    @property
+    def speedup_auto(self) -> float:
+        """XLA's time over what mode "auto" runs (by this benchmark's timing of its choice)."""
+        return self.xla_ms / (self.winrs_ms if self.auto == "winrs" else self.xla_ms)
 
     @property
     def speedup_torch(self) -> float | None:
@@ -156,8 +163,9 @@ class Result:
         s = self.shape
         return dict(
             layer=str(s), name=s.name, N=s.n, H=s.h, W=s.w, CIN=s.cin, COUT=s.cout, FH=s.fh, FW=s.fw,
-            dtype=self.dtype, path=self.path, xla_ms=self.xla_ms, winrs_ms=self.winrs_ms, torch_ms=self.torch_ms,
-            speedup=self.speedup, speedup_torch=self.speedup_torch, xla_tflops=self.tflops(self.xla_ms),
+            dtype=self.dtype, path=self.path, auto=self.auto, xla_ms=self.xla_ms, winrs_ms=self.winrs_ms,
+            torch_ms=self.torch_ms, speedup=self.speedup, speedup_auto=self.speedup_auto,
+            speedup_torch=self.speedup_torch, xla_tflops=self.tflops(self.xla_ms),
             winrs_tflops=self.tflops(self.winrs_ms), xla_temp_bytes=self.xla_temp_bytes,
             winrs_workspace_bytes=self.winrs_workspace_bytes, winrs_mare=self.winrs_mare, xla_mare=self.xla_mare,
             max_rel_diff=self.max_rel_diff, plan=self.plan,
@@ -251,8 +259,8 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         zeros = jnp.zeros(w.shape, w.dtype)
         return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
 
-    def ours(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs)
+    def ours(x: jax.Array, dy: jax.Array) -> jax.Array:  # WinRS forced, whatever the measured choice
+        return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=WINRS)
 
     compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in (("xla", xla), ("winrs", ours))}
     times = {name: time_ms(lambda c=c: c(x, dy), repeats, calls) for name, c in compiled.items()}
@@ -264,7 +272,8 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
         reference = reference.transpose(1, 2, 3, 0)  # O x FH x FW x I -> HWIO
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
-    plan = winrs_jax.plan(x, w, **kwargs)
+    plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
+    auto = winrs_jax.plan(x, w, **kwargs, options=winrs_jax.PlannerOptions(mode="auto"))
     return Result(
         shape=shape,
         dtype=dtype_name,
@@ -277,5 +286,6 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         xla_mare=xla_mare,
         max_rel_diff=float(np.abs(actual - expected).max() / np.abs(expected).max()),
         path=plan.path if plan.supported else "xla",
+        auto="winrs" if auto.supported and auto.choice.startswith("WinRS") else "xla",
         plan=str(plan),
     )

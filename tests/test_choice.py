@@ -1,0 +1,164 @@
+"""The per-layer choice between WinRS and XLA (winrs_jax.choice): modes, measurement, memory and disk cache."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import winrs_jax
+from winrs_jax import choice
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+LHS, RHS = (2, 10, 10, 4), (3, 3, 4, 6)
+
+
+def _grad_hlo(**options):
+    lhs, rhs = jnp.ones(LHS), jnp.ones(RHS)
+
+    def loss(rhs):
+        return jnp.sum(winrs_jax.conv(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC, **options) ** 2)
+
+    return jax.jit(jax.grad(loss)).lower(rhs).as_text()
+
+
+@pytest.fixture
+def auto(monkeypatch, tmp_path):
+    """Mode auto with an empty cache directory and an empty memory cache; counts the measurements."""
+    monkeypatch.setenv("WINRS_JAX_MODE", "auto")
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", str(tmp_path))
+    choice.DECISIONS.clear_memory()
+    calls = []
+    measure = choice._measure
+
+    def counting(plan, dtype, precision):
+        calls.append(plan)
+        return measure(plan, dtype, precision)
+
+    monkeypatch.setattr(choice, "_measure", counting)
+    yield calls
+    choice.DECISIONS.clear_memory()
+
+
+def _force(monkeypatch, winrs):
+    """Replaces the timing by a fixed outcome."""
+
+    def measure(plan, dtype, precision):
+        return choice.Decision(winrs, 1.0 if winrs else 2.0, 1.5, "measured")
+
+    monkeypatch.setattr(choice, "_measure", measure)
+
+
+@pytest.mark.parametrize("mode, winrs", [("winrs", True), ("model", True), ("xla", False)])
+def test_fixed_modes(mode, winrs, monkeypatch):
+    monkeypatch.setenv("WINRS_JAX_MODE", mode)
+    assert ("winrs_backward_filter" in _grad_hlo()) == winrs
+
+
+def test_mode_precedence_options_then_context_then_environment(monkeypatch):
+    monkeypatch.setenv("WINRS_JAX_MODE", "xla")
+    assert choice.current_mode() == "xla"
+    with winrs_jax.mode("winrs"):
+        assert choice.current_mode() == "winrs"
+        assert choice.current_mode("model") == "model"
+        assert "winrs_backward_filter" in _grad_hlo()
+        assert "winrs_backward_filter" not in _grad_hlo(options=winrs_jax.PlannerOptions(mode="xla"))
+    assert choice.current_mode() == "xla"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        winrs_jax.mode("fastest").__enter__()
+    monkeypatch.setenv("WINRS_JAX_MODE", "sometimes")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        choice.current_mode()
+
+
+@pytest.mark.parametrize("winrs", [True, False])
+def test_auto_follows_the_measurement(auto, monkeypatch, winrs):
+    _force(monkeypatch, winrs)
+    assert ("winrs_backward_filter" in _grad_hlo()) == winrs
+
+
+def test_auto_measures_once_then_remembers_in_memory_and_on_disk(auto, tmp_path):
+    first = _grad_hlo()
+    assert len(auto) == 1
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text())
+    assert (
+        data["winrs_ms"] > 0 and data["xla_ms"] > 0 and data["winrs"] == (data["winrs_ms"] < data["xla_ms"])
+    )
+    assert ("winrs_backward_filter" in first) == data["winrs"]
+    _grad_hlo()  # the memory cache
+    assert len(auto) == 1
+    choice.DECISIONS.clear_memory()  # a new process: the disk cache
+    _grad_hlo()
+    assert len(auto) == 1
+
+
+def test_corrupt_or_foreign_cache_file_is_ignored_with_a_warning(auto, tmp_path):
+    _grad_hlo()
+    (path,) = tmp_path.glob("*.json")
+    for content in ("{not json", json.dumps({"format": 1, "key": "another layer", "winrs": True})):
+        path.write_text(content)
+        choice.DECISIONS.clear_memory()
+        choice.DECISIONS._warned.clear()
+        with pytest.warns(RuntimeWarning, match="ignoring the unreadable cache file"):
+            _grad_hlo()
+        json.loads(path.read_text())  # measured again and rewritten whole
+    assert len(auto) == 3
+
+
+def test_unwritable_cache_directory_keeps_the_decision_in_memory(auto, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", str(blocker / "cache"))  # a directory below a file
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _grad_hlo()
+        _grad_hlo()
+    assert len(auto) == 1
+    assert any("cannot write the decision cache" in str(w.message) for w in caught)
+
+
+def test_processes_sharing_the_cache_directory(tmp_path):
+    """Four processes measure the same new layer at once: each finishes, and the file left is whole."""
+    script = textwrap.dedent(
+        f"""
+        import os
+        os.environ["WINRS_JAX_MODE"] = "auto"
+        os.environ["WINRS_JAX_CACHE_DIR"] = {str(tmp_path)!r}
+        import jax, jax.numpy as jnp, winrs_jax
+        lhs, rhs = jnp.ones({LHS}), jnp.ones({RHS})
+        loss = lambda rhs: jnp.sum(winrs_jax.conv(lhs, rhs, (1, 1), "SAME", dimension_numbers={NHWC}) ** 2)
+        print(jax.jit(jax.grad(loss))(rhs).shape)
+        """
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+        )
+        for _ in range(4)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["format"] == 1
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_plan_reports_the_choice(auto, monkeypatch):
+    _force(monkeypatch, False)
+    plan = winrs_jax.plan(
+        np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME", dimension_numbers=NHWC
+    )
+    assert plan.supported and plan.mode == "auto"
+    assert str(plan).startswith("WinRS plan: XLA (measured: WinRS 2.000 ms, XLA 1.500 ms)")
+    with winrs_jax.mode("winrs"):
+        plan = winrs_jax.plan(np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME",
+                              dimension_numbers=NHWC)  # fmt: skip
+    assert plan.choice == "WinRS (mode winrs)"

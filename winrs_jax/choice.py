@@ -1,0 +1,270 @@
+"""Which implementation computes a layer's filter gradient: WinRS or XLA's own, chosen by measurement.
+
+The cost model cannot know XLA's (cuDNN's) time, so in the default mode "auto" the first trace of a layer times
+both on random data of the layer's shapes and dtype, on the default device, outside the trace being built, and
+remembers the faster one: in memory, and on disk so later processes skip the measurement (the habit of
+cudnn.benchmark and of XLA's autotuner). Modes:
+
+- "auto": measured choice (the default);
+- "winrs": WinRS wherever the planner supports the layer (tests force this);
+- "xla": XLA's filter gradient always;
+- "model": the planner alone, WinRS wherever it supports the layer, with no measurement: for lowering without
+  a device (jax.export, AOT) or when measuring is impossible.
+
+Set through PlannerOptions(mode=...), the context manager winrs_jax.mode("..."), or the environment variable
+WINRS_JAX_MODE. Decisions are cached under $WINRS_JAX_CACHE_DIR, else $XDG_CACHE_HOME/winrs_jax, else
+~/.cache/winrs_jax: one small JSON file per layer, written atomically, so processes may share the directory; a
+corrupt or foreign file is ignored with a warning and measured again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import statistics
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from winrs_jax import _ffi
+from winrs_jax.planner import Plan
+
+MODES = ("auto", "winrs", "xla", "model")
+_LOG = logging.getLogger("winrs_jax")
+_MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("winrs_jax_mode", default=None)
+_FORMAT = 1  # version of the cache files' content
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"winrs_jax mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Within the block, layers traced without PlannerOptions(mode=...) use this mode."""
+    token = _MODE.set(_check_mode(name))
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
+def current_mode(forced: str | None = None) -> str:
+    """PlannerOptions.mode, else the innermost winrs_jax.mode(...), else $WINRS_JAX_MODE, else "auto"."""
+    return _check_mode(forced or _MODE.get() or os.environ.get("WINRS_JAX_MODE") or "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The measured choice for one layer on one device."""
+
+    winrs: bool
+    winrs_ms: float
+    xla_ms: float
+    source: str  # "measured" (this process) or "cache" (an earlier measurement, memory or disk)
+
+    def describe(self) -> str:
+        chosen = "WinRS" if self.winrs else "XLA"
+        return f"{chosen} ({self.source}: WinRS {self.winrs_ms:.3f} ms, XLA {self.xla_ms:.3f} ms)"
+
+
+def cache_dir() -> Path:
+    if "WINRS_JAX_CACHE_DIR" in os.environ:
+        return Path(os.environ["WINRS_JAX_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "winrs_jax"
+
+
+class DecisionCache:
+    """The explicit cache of measured decisions: memory first, then one JSON file per key on disk."""
+
+    def __init__(self) -> None:
+        self._memory: dict[str, Decision] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    def clear_memory(self) -> None:
+        with self._lock:
+            self._memory.clear()
+
+    @staticmethod
+    def _file(key: str) -> Path:
+        return cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    def get(self, key: str) -> Decision | None:
+        with self._lock:
+            if key in self._memory:
+                return self._memory[key]
+        path = self._file(key)
+        try:
+            text = path.read_text()
+        except OSError:
+            return None
+        try:
+            data = json.loads(text)
+            if data.get("format") != _FORMAT or data.get("key") != key:
+                raise ValueError("written for another key or format")
+            decision = Decision(bool(data["winrs"]), float(data["winrs_ms"]), float(data["xla_ms"]), "cache")
+        except (ValueError, KeyError, TypeError) as e:
+            self._warn_once(
+                str(path), f"winrs_jax: ignoring the unreadable cache file {path} ({e}); measuring again"
+            )
+            return None
+        with self._lock:
+            self._memory[key] = decision
+        return decision
+
+    def put(self, key: str, decision: Decision) -> None:
+        with self._lock:
+            self._memory[key] = dataclasses.replace(decision, source="cache")
+        path = self._file(key)
+        data = dict(
+            format=_FORMAT, key=key, winrs=decision.winrs, winrs_ms=decision.winrs_ms, xla_ms=decision.xla_ms
+        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Atomic: write a private temporary file, then rename it over the target.
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError as e:
+            self._warn_once("write", f"winrs_jax: cannot write the decision cache in {path.parent} ({e})")
+
+
+DECISIONS = DecisionCache()
+
+
+def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
+    """Median time of fn after one warm-up (which also compiles), within about budget_s."""
+    fn().block_until_ready()
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn().block_until_ready()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> jax.Array:
+    """XLA's filter gradient (O x FH x FW x I, float32) of a planned layer in the kernels' layout."""
+    w = jnp.zeros(plan.filter_shape_ohwi, x.dtype)
+    top, bottom, left, right = plan.pads
+    dn = ("NHWC", "OHWI", "NHWC")
+
+    def forward(w: jax.Array) -> jax.Array:
+        return lax.conv_general_dilated(x, w, (1, 1), ((top, bottom), (left, right)), dimension_numbers=dn,
+                                        precision=precision)  # fmt: skip
+
+    return jax.vjp(forward, w)[1](dy)[0].astype(jnp.float32)
+
+
+def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
+    rng = np.random.default_rng(0)
+    out_h, out_w = plan.out_grad_hw
+    x = jnp.asarray(rng.random((plan.batch, *plan.input_hw, plan.channels[0]), dtype=np.float32), dtype)
+    dy = jnp.asarray(rng.random((plan.batch, out_h, out_w, plan.channels[1]), dtype=np.float32), dtype)
+
+    def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
+        return _ffi.backward_filter_call(
+            x, dy, plan.filter_shape_ohwi, plan.workspace_elems, plan.ffi_attributes()
+        )
+
+    def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
+        return xla_filter_grad(x, dy, plan, precision)
+
+    winrs_jit, xla_jit = jax.jit(winrs), jax.jit(xla)
+    winrs_ms = _time_ms(lambda: winrs_jit(x, dy))
+    xla_ms = _time_ms(lambda: xla_jit(x, dy))
+    return Decision(winrs_ms < xla_ms, winrs_ms, xla_ms, "measured")
+
+
+def _outside_trace(fn: Callable[[], Decision]) -> Decision:
+    """Runs fn in a helper thread, whose JAX trace state is its own: the trace being built is not touched."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except Exception as e:  # noqa: BLE001 - reported to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="winrs_jax-measure")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
+    device = jax.devices()[0]
+    from winrs_jax import __version__
+
+    return json.dumps(
+        dict(
+            device=device.device_kind, platform=device.platform, winrs_jax=__version__, jax=jax.__version__,
+            batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
+            dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
+            sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels,
+        ),
+        sort_keys=True,
+    )  # fmt: skip
+
+
+def decide(plan: Plan, dtype: Any, precision: Any) -> Decision:
+    """The measured decision for a supported plan: from the cache, or measured now and remembered."""
+    key = layer_key(plan, dtype, precision)
+    decision = DECISIONS.get(key)
+    if decision is None:
+        decision = _outside_trace(lambda: _measure(plan, dtype, precision))
+        DECISIONS.put(key, decision)
+        if not decision.winrs:
+            _LOG.info(
+                "winrs_jax: XLA computes the filter gradient of %s: %s",
+                _layer_text(plan),
+                decision.describe(),
+            )
+    return decision
+
+
+def _layer_text(plan: Plan) -> str:
+    return (
+        f"N={plan.batch} {plan.input_hw[0]}x{plan.input_hw[1]}x{plan.channels[0]} -> {plan.channels[1]}, "
+        f"filter {plan.filter_hw[0]}x{plan.filter_hw[1]}, {plan.path}"
+    )
+
+
+def use_winrs(
+    plan: Plan, dtype: Any, precision: Any, forced_mode: str | None = None
+) -> tuple[bool, Decision | None]:
+    """Whether WinRS computes this layer's filter gradient, and the measured decision behind it in auto mode."""
+    chosen = current_mode(forced_mode)
+    if not plan.supported or chosen == "xla":
+        return False, None
+    if chosen in ("winrs", "model"):
+        return True, None
+    decision = decide(plan, dtype, precision)
+    return decision.winrs, decision
