@@ -36,7 +36,8 @@ for stage in "$@"; do
         | tee "$OUT/gpu-tests.log" \
         | tail -25) ;;
     suite)
-      (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tail -3)
+      (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider --tb=line 2>&1 \
+        | tee "$OUT/suite.log" | tail -15)
       (cd /tmp && timeout 120 python3 "$ROOT/examples/train_digits.py" --epochs 2 2>&1 | tail -6) ;;
     tune)
       (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
