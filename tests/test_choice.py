@@ -129,6 +129,7 @@ def test_processes_sharing_the_cache_directory(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
+        os.environ["JAX_PLATFORMS"] = "cpu"  # the cache file is the subject; four processes would share one GPU
         os.environ["WINRS_JAX_MODE"] = "auto"
         os.environ["WINRS_JAX_CACHE_DIR"] = {str(tmp_path)!r}
         import jax, jax.numpy as jnp, winrs_jax

@@ -124,8 +124,10 @@ def test_plan_names_the_path_and_its_accuracy(dtype, path):
     x = np.zeros((2, 16, 16, 8), dtype)
     w = np.zeros((5, 5, 8, 8), dtype)
     plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=DN)
-    assert plan.path == path and plan.reference == path
-    assert f"arithmetic {path}:" in str(plan)
+    # float32 here is FP32 (conftest pins HIGHEST): FP32 on CUDA cores or split TF32, whichever the cost
+    # model predicts faster (split TF32 only on a GPU).
+    assert plan.reference == path and (plan.path == path or (path, plan.path) == ("fp32", "tf32x3"))
+    assert f"arithmetic {plan.path}:" in str(plan)
     # No alpha-16 kernel keeps the accuracy of these references (variants.h): 5x5 runs Omega_8(5, 4).
     assert all(k.alpha_class <= 8 for k in plan.kernels)
 
