@@ -10,19 +10,12 @@ from helpers import mare, reference_filter_grad
 from jax import lax
 
 import winrs_jax
-from winrs_jax.planner import PATHS
+from winrs_jax.planner import PATH_DTYPES, PATHS
 
 pytestmark = pytest.mark.gpu
 
 VARIANTS = winrs_jax.variants()
 DN = ("NHWC", "HWIO", "NHWC")
-DTYPES = {
-    "fp32": np.float32,
-    "tf32x3": np.float32,
-    "tf32": np.float32,
-    "bf16": jnp.bfloat16,
-    "fp16": np.float16,
-}
 
 
 def _filter_grad(x, dy, filter_hw, pads, device, **options):
@@ -44,8 +37,8 @@ def _gpu():
 
 def _inputs(rng, path, x_shape, dy_shape):
     scale = 1e-2 if path == "fp16" else 1.0  # the paper's FP16 protocol
-    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), DTYPES[path])
-    dy = jnp.asarray(scale * rng.random(dy_shape, dtype=np.float32), DTYPES[path])
+    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), PATH_DTYPES[path])
+    dy = jnp.asarray(scale * rng.random(dy_shape, dtype=np.float32), PATH_DTYPES[path])
     return x, dy
 
 

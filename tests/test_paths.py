@@ -9,17 +9,10 @@ from helpers import mare, reference_filter_grad
 
 import winrs_jax
 from winrs_jax import _winrs
-from winrs_jax.planner import ACCURACY_BUDGET, PATHS
+from winrs_jax.planner import ACCURACY_BUDGET, PATH_DTYPES, PATHS
 
 VARIANTS = winrs_jax.variants()
 DN = ("NHWC", "HWIO", "NHWC")
-DTYPES = {
-    "fp32": np.float32,
-    "tf32x3": np.float32,
-    "tf32": np.float32,
-    "bf16": jnp.bfloat16,
-    "fp16": np.float16,
-}
 
 
 def _filter_grad(x, dy, filter_hw, pads, path, **options):
@@ -36,8 +29,8 @@ def _filter_grad(x, dy, filter_hw, pads, path, **options):
 def _protocol_inputs(rng, path, x_shape, dy_shape):
     """The paper's protocol (section 6.3): uniform [0, 1), dY x 1e-2 for float16."""
     scale = 1e-2 if path == "fp16" else 1.0
-    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), DTYPES[path])
-    dy = jnp.asarray(scale * rng.random(dy_shape, dtype=np.float32), DTYPES[path])
+    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), PATH_DTYPES[path])
+    dy = jnp.asarray(scale * rng.random(dy_shape, dtype=np.float32), PATH_DTYPES[path])
     return x, dy
 
 
@@ -64,8 +57,8 @@ def test_reduced_precision_paths_really_round(rng):
     ref = reference_filter_grad(
         np.asarray(x32, np.float64), np.asarray(dy32, np.float64), (3, 3), (1, 1, 0, 0)
     )
-    errors = {p: mare(_filter_grad(x32, dy32, (3, 3), (1, 1, 0, 0), p, kernels=(3, 3)), ref) for p in DTYPES if
-              DTYPES[p] == np.float32}  # fmt: skip
+    errors = {p: mare(_filter_grad(x32, dy32, (3, 3), (1, 1, 0, 0), p, kernels=(3, 3)), ref) for p in PATHS if
+              PATH_DTYPES[p] == np.float32}  # fmt: skip
     assert errors["fp32"] < 5e-7 and errors["tf32x3"] < 2 * errors["fp32"]
     assert errors["tf32"] > 20 * errors["fp32"]  # TF32 keeps 10 mantissa bits: ~1e-5 on these sums
 

@@ -11,16 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import winrs_jax
-from winrs_jax.planner import PATHS
+from winrs_jax.planner import PATH_DTYPES, PATHS
 
 DN = ("NHWC", "HWIO", "NHWC")
-DTYPES = {
-    "fp32": np.float32,
-    "tf32x3": np.float32,
-    "tf32": np.float32,
-    "bf16": jnp.bfloat16,
-    "fp16": np.float16,
-}
 
 
 def reference(x: np.ndarray, dy: np.ndarray, fh: int, fw: int) -> np.ndarray:
@@ -46,10 +39,10 @@ def main() -> None:
             # N=8, 12 x 3r output gradient, 32 channels, one segment: uniform [0, 1), dY x 1e-2 for float16.
             x = rng.random((8, 12, out_w + fw - 1, 32)).astype(np.float32)
             dy = rng.random((8, 12, out_w, 32)).astype(np.float32) * (1e-2 if path == "fp16" else 1.0)
-            xs = jax.device_put(jnp.asarray(x, DTYPES[path]), cpu)
-            dys = jax.device_put(jnp.asarray(dy, DTYPES[path]), cpu)
+            xs = jax.device_put(jnp.asarray(x, PATH_DTYPES[path]), cpu)
+            dys = jax.device_put(jnp.asarray(dy, PATH_DTYPES[path]), cpu)
             options = winrs_jax.PlannerOptions(
-                kernels=(v.index, v.index), segments=1, path=path, sm_count=132
+                kernels=(v.index, v.index), segments=1, path=path, sm_count=132, mode="winrs"
             )
             dw = winrs_jax.conv_backward_filter(
                 xs, dys, (3, fw, 32, 32), (1, 1), ((1, 1), (0, 0)), dimension_numbers=DN, options=options

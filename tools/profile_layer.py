@@ -22,8 +22,9 @@ def main() -> None:
     dy = jnp.asarray(rng.random((shape.n, *shape.out_hw, shape.cout), dtype=np.float32), dtype)
     w = jax.ShapeDtypeStruct((shape.fh, shape.fw, shape.cin, shape.cout), dtype)
     kwargs = dict(window_strides=(1, 1), padding=shape.padding, dimension_numbers=DN, precision=precision)
-    fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs))
-    print(winrs_jax.plan(x, w, **kwargs))
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
+    print(winrs_jax.plan(x, w, **kwargs, options=options))
     for _ in range(3):
         fn(x, dy).block_until_ready()
 

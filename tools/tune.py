@@ -13,16 +13,9 @@ import numpy as np
 
 import winrs_jax
 from winrs_jax.bench.suite import time_ms
-from winrs_jax.planner import PATHS
+from winrs_jax.planner import PATH_DTYPES, PATHS
 
 DN = ("NHWC", "HWIO", "NHWC")
-DTYPES = {
-    "fp32": jnp.float32,
-    "tf32x3": jnp.float32,
-    "tf32": jnp.float32,
-    "bf16": jnp.bfloat16,
-    "fp16": jnp.float16,
-}
 
 Pads = tuple[tuple[int, int], tuple[int, int]]
 
@@ -42,7 +35,7 @@ def run(
     x = jnp.asarray(rng.random((n, h, w, c), dtype=np.float32), dtype)
     out_h, out_w = h + pads[0][0] + pads[0][1] - fh + 1, w + pads[1][0] + pads[1][1] - fw + 1
     dy = jnp.asarray(rng.random((n, out_h, out_w, c), dtype=np.float32), dtype)
-    opts = winrs_jax.PlannerOptions(**options)
+    opts = winrs_jax.PlannerOptions(mode="winrs", **options)
     rhs = jax.ShapeDtypeStruct((fh, fw, c, c), dtype)
     plan = winrs_jax.plan(x, rhs, (1, 1), pads, dimension_numbers=DN, options=opts)
     fn = jax.jit(
@@ -61,7 +54,7 @@ def variants() -> None:
             fw = 3 if v.n == 1 else v.n
             out_w = v.r * max(1, 48 // v.r)
             plan, ms, flops = run(
-                32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), DTYPES[path], kernels=(v.index, v.index),
+                32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), PATH_DTYPES[path], kernels=(v.index, v.index),
                 path=path,
             )  # fmt: skip
             gemm_tflops = flops * v.alpha / (v.n * v.r) / ms / 1e9

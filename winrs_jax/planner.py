@@ -34,12 +34,16 @@ PATH_DESCRIPTIONS = {
     "bf16": "bfloat16 on tensor cores, float32 transforms and accumulation",
     "fp16": "float16 on tensor cores, float32 transforms and accumulation",
 }
-# Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
-_DTYPE_PATHS = {
-    np.dtype(np.float32): ("fp32", "tf32x3", "tf32"),
-    np.dtype(jax.numpy.bfloat16): ("bf16",),
-    np.dtype(np.float16): ("fp16",),
+# The input dtype each path runs on (X and dY are stored in it).
+PATH_DTYPES = {
+    "fp32": np.dtype(np.float32),
+    "tf32x3": np.dtype(np.float32),
+    "tf32": np.dtype(np.float32),
+    "bf16": np.dtype(jax.numpy.bfloat16),
+    "fp16": np.dtype(np.float16),
 }
+# Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
+_DTYPE_PATHS = {d: tuple(p for p in PATHS if PATH_DTYPES[p] == d) for d in set(PATH_DTYPES.values())}
 
 
 @dataclasses.dataclass(frozen=True)
