@@ -28,7 +28,7 @@ PATHS = tuple(p["name"] for p in _winrs.paths())
 # The largest MARE a kernel may have when XLA would use the given arithmetic (cpp/winrs/plan.cc).
 ACCURACY_BUDGET = {p["name"]: p["accuracy_budget"] for p in _winrs.paths()}
 PATH_DESCRIPTIONS = {
-    "fp32": "float32 on CUDA cores",
+    "fp32": "float32 FMA (CUDA cores on the GPU)",
     "tf32x3": "float32-accurate split TF32 on tensor cores (3 products per operand pair)",
     "tf32": "TF32 on tensor cores (10-bit mantissa operands, float32 accumulation)",
     "bf16": "bfloat16 on tensor cores, float32 transforms and accumulation",
