@@ -278,6 +278,8 @@ def make_plan(
 ) -> Plan:
     """Plans the filter gradient of a validated convolution, or says why WinRS does not handle it."""
     options = options or PlannerOptions()
+    if spec.xla_only:
+        return Plan(supported=False, reason=spec.xla_only)
     paths, reference, reason = resolve_paths(dtype, spec.precision, options)
     reason = reason or _unsupported(spec, np.dtype(dtype))
     if reason:

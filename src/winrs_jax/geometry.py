@@ -31,6 +31,10 @@ class ConvSpec:
     precision: Any
     preferred_element_type: Any
     out_sharding: Any = None  # of the forward output only
+    # Why winrs_jax hands the whole call to lax.conv_general_dilated (inputs lax accepts that WinRS's path does
+    # not take: integer dtypes, zero-size dimensions, negative padding, padding beyond the window, a window
+    # beyond the padded input); "" otherwise.
+    xla_only: str = ""
 
     def lax_kwargs(self) -> dict[str, Any]:
         return dict(
@@ -91,8 +95,11 @@ def make_spec(
 ) -> ConvSpec:
     """Validates a convolution call like lax.conv_general_dilated and resolves its padding and layout.
 
-    Raises ValueError or TypeError naming the problem; nothing malformed reaches a kernel.
+    Raises ValueError or TypeError naming the problem where lax would raise too; inputs lax accepts but
+    WinRS's path does not take are marked `xla_only` (with the reason) and computed by lax alone. Nothing
+    malformed reaches a kernel.
     """
+    xla_only: list[str] = []
     lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
     if len(lhs_shape) != len(rhs_shape):
         raise ValueError(
@@ -101,13 +108,10 @@ def make_spec(
         )
     if len(lhs_shape) < 3:
         raise ValueError(f"convolution operands need rank >= 3 (batch, feature, spatial...), got {lhs_shape}")
-    for name, dtype in (("lhs", lhs_dtype), ("rhs", rhs_dtype)):
-        if not jnp.issubdtype(dtype, jnp.floating):
-            raise TypeError(
-                f"{name} dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}"
-            )
     if np.dtype(lhs_dtype) != np.dtype(rhs_dtype):
         raise TypeError(f"lhs and rhs must have the same dtype, got {lhs_dtype} and {rhs_dtype}")
+    if not jnp.issubdtype(lhs_dtype, jnp.floating):
+        xla_only.append(f"dtype {np.dtype(lhs_dtype).name} is not a floating type")
 
     rank = len(lhs_shape) - 2
     dn = lax.conv_dimension_numbers(lhs_shape, rhs_shape, _hashable(dimension_numbers))
@@ -119,7 +123,7 @@ def make_spec(
 
     for name, shape in (("lhs", lhs_shape), ("rhs", rhs_shape)):
         if any(d == 0 for d in shape):
-            raise ValueError(f"{name} has a zero-size dimension: shape {shape}")
+            xla_only.append(f"{name} has a zero-size dimension: shape {shape}")
 
     in_features = lhs_shape[dn.lhs_spec[1]]
     filter_in, filter_out = rhs_shape[dn.rhs_spec[1]], rhs_shape[dn.rhs_spec[0]]
@@ -156,14 +160,11 @@ def make_spec(
             raise ValueError(f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}")
     for axis, ((lo, hi), w, size) in enumerate(zip(pads, window, in_spatial, strict=True)):
         if lo < 0 or hi < 0:
-            raise ValueError(f"negative padding {(lo, hi)} on spatial axis {axis} is not supported")
-        if lo > w or hi > w:
-            raise ValueError(
-                f"padding {(lo, hi)} on spatial axis {axis} exceeds the window size {w}: output rows would only "
-                "see padding"
-            )
+            xla_only.append(f"negative padding {(lo, hi)} on spatial axis {axis}")
+        elif lo > w or hi > w:
+            xla_only.append(f"padding {(lo, hi)} on spatial axis {axis} exceeds the window size {w}")
         if size + lo + hi < w:
-            raise ValueError(
+            xla_only.append(
                 f"window size {w} on spatial axis {axis} exceeds the padded input size {size + lo + hi}"
             )
 
@@ -178,4 +179,5 @@ def make_spec(
         precision=_hashable(precision),
         preferred_element_type=None if preferred_element_type is None else np.dtype(preferred_element_type),
         out_sharding=out_sharding,
+        xla_only="; ".join(xla_only),
     )
