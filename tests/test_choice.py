@@ -163,3 +163,18 @@ def test_plan_reports_the_choice(auto, monkeypatch):
         plan = winrs_jax.plan(np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME",
                               dimension_numbers=NHWC)  # fmt: skip
     assert plan.choice == "WinRS (mode winrs)"
+
+
+def test_a_layer_winrs_cannot_run_falls_back_to_xla(auto, monkeypatch):
+    """If the WinRS call fails while measuring (say, a kernel that needs more shared memory than the GPU has),
+    auto warns once and XLA computes the layer; the decision is remembered."""
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("no kernel image for this device")
+
+    monkeypatch.setattr(choice._ffi, "backward_filter_call", failing)
+    with pytest.warns(RuntimeWarning, match="WinRS failed .* XLA computes it: no kernel image"):
+        text = _grad_hlo()
+    assert "winrs_backward_filter" not in text
+    (path,) = choice.cache_dir().glob("*.json")
+    assert json.loads(path.read_text())["winrs"] is False
