@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from winrs_jax import _winrs
 
@@ -31,10 +34,19 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     return [jax.export.DisabledSafetyCheck.custom_call(TARGET)]
 
 
-def _varying_axes(x: jax.Array) -> int:
+def varying_axes(x: jax.Array) -> frozenset[str]:
+    """The manual (shard_map) mesh axes x varies over."""
     aval = jax.typeof(x)
     manual = getattr(aval, "manual_axis_type", None)  # jax 0.10
-    return len(getattr(manual, "varying", None) or getattr(aval, "vma", None) or ())
+    return frozenset(getattr(manual, "varying", None) or getattr(aval, "vma", None) or ())
+
+
+def _replicated(aval: Any) -> Any:
+    """aval's sharding with no dimension partitioned (dW sums over the batch: it is never split by it)."""
+    sharding = getattr(aval, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return {}
+    return {"sharding": sharding.update(spec=PartitionSpec())}
 
 
 def backward_filter_call(
@@ -46,11 +58,12 @@ def backward_filter_call(
 ) -> jax.Array:
     """dW (O_C x F_H x F_W x I_C, float32) of one planned WinRS backward-filter convolution."""
     # Inside shard_map the results vary over the manual axes the operands vary over (check_vma): keep the type
-    # of the operand that varies over the most axes, with the result's shape and dtype.
-    base = jax.typeof(max((x_nhwc, dy_nhwc), key=_varying_axes))
+    # of the operand that varies over the most axes, with the result's shape and dtype; under a mesh with
+    # explicit axes no result dimension is partitioned (the operands' batch sharding says nothing about dW).
+    base = jax.typeof(max((x_nhwc, dy_nhwc), key=lambda a: len(varying_axes(a))))
     out_types = (
-        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32),
-        base.update(shape=(workspace_elems,), dtype=jnp.float32),
+        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32, **_replicated(base)),
+        base.update(shape=(workspace_elems,), dtype=jnp.float32, **_replicated(base)),
     )
     # Under vmap the handler receives the stacked problems on leading axes and runs them in one launch.
     call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="broadcast_all")

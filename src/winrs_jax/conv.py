@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from winrs_jax import _partition, choice
+from winrs_jax import _ffi, _partition, choice
 from winrs_jax.geometry import ConvSpec, Padding, make_spec
 from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
@@ -82,7 +82,16 @@ def _conv_bwd(
     lhs, rhs = residuals
     _, lhs_vjp = jax.vjp(lambda x: _xla_conv(x, rhs, spec), lhs)
     (lhs_grad,) = lhs_vjp(out_grad)
-    return lhs_grad, _filter_grad(lhs, out_grad, rhs.shape, rhs.dtype, spec, options)
+    rhs_grad = _filter_grad(lhs, out_grad, rhs.shape, rhs.dtype, spec, options)
+    return _like(lhs_grad, lhs), _like(rhs_grad, rhs)
+
+
+def _like(cotangent: jax.Array, primal: jax.Array) -> jax.Array:
+    """The cotangent with the primal's type inside shard_map: summed over the manual axes it varies over and the
+    primal does not (a weight replicated over the data axis gets the sum of the per-shard gradients), as JAX
+    does for lax's own convolution."""
+    extra = _ffi.varying_axes(cotangent) - _ffi.varying_axes(primal)
+    return lax.psum(cotangent, tuple(sorted(extra))) if extra else cotangent
 
 
 _conv.defvjp(_conv_fwd, _conv_bwd)

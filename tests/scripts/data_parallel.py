@@ -1,5 +1,6 @@
 """Run by tests/test_sharding.py in a process with 4 CPU devices: batch-sharded training steps with
-winrs_jax.conv under jit and shard_map, compared with one device. Prints one JSON line."""
+winrs_jax.conv under jit (a plain Mesh and jax.make_mesh's explicit axes) and shard_map (with and without
+pcast), compared with one device. Prints one JSON line."""
 
 import json
 import os
@@ -45,13 +46,33 @@ def main() -> None:
         return lax.pmean(g, "d")
 
     shard_map_grad = jax.jit(shard_grad)(ws, xs)
+
+    # The default jax.make_mesh (explicit axis types), and shard_map with a replicated weight and no pcast:
+    # lax's convolution needs neither annotation, so winrs_jax.conv must not either.
+    explicit = jax.make_mesh((4,), ("d",))
+    with jax.set_mesh(explicit):
+        xe = jax.device_put(x, NamedSharding(explicit, P("d")))
+        we = jax.device_put(w, NamedSharding(explicit, P()))
+        explicit_step = jax.jit(jax.grad(functools.partial(loss, winrs_jax.conv)))
+        explicit_grad = explicit_step(we, xe)
+        explicit_hlo = explicit_step.lower(we, xe).compile().as_text()
+
+        @functools.partial(jax.shard_map, mesh=explicit, in_specs=(P(), P("d")), out_specs=P())
+        def no_pcast_grad(w, x):
+            return (
+                jax.grad(functools.partial(loss, winrs_jax.conv))(w, x) / 4
+            )  # the weight's gradient is psummed
+
+        no_pcast = jax.jit(no_pcast_grad)(we, xe)
     scale = float(jnp.abs(reference).max())
     print(json.dumps({
         "jit_error": float(jnp.abs(jit_grad - reference).max()) / scale,
         "shard_map_error": float(jnp.abs(shard_map_grad - reference).max()) / scale,
-        "all_gather": "all-gather" in hlo,
-        "all_reduce": "all-reduce" in hlo,
-        "winrs_calls": hlo.count("winrs_backward_filter"),
+        "explicit_error": float(jnp.abs(explicit_grad - reference).max()) / scale,
+        "no_pcast_error": float(jnp.abs(no_pcast - reference).max()) / scale,
+        "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
+        "all_reduce": "all-reduce" in hlo and "all-reduce" in explicit_hlo,
+        "winrs_calls": min(hlo.count("winrs_backward_filter"), explicit_hlo.count("winrs_backward_filter")),
     }))  # fmt: skip
 
 
