@@ -183,8 +183,6 @@ constexpr auto make_path_table(std::integer_sequence<int, Ps...>) {
 }
 constexpr auto kTileFns = make_path_table(std::make_integer_sequence<int, kNumPaths>{});
 
-size_t storage_bytes(Path path) { return path_info(path).storage == Storage::kF32 ? 4 : 2; }
-
 void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor& parallel_for) {
   const Problem& p = op.problem;
   const Plan& plan = op.plan;
@@ -222,7 +220,7 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
 
 void backward_filter(const BackwardFilterOp& op, const Buffers& b, const ParallelFor& parallel_for) {
   const Problem& p = op.problem;
-  const size_t element = storage_bytes(op.plan.path);
+  const int64_t element = storage_bytes(op.plan.path);
   for (int64_t g = 0; g < op.groups; ++g) {
     const Buffers group{static_cast<const char*>(b.input) + g * p.input_elems() * element,
                         static_cast<const char*>(b.out_grad) + g * p.grad_elems() * element,

@@ -36,15 +36,8 @@ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 // words (TF32 already rounded, split TF32 split when the fragments are loaded).
 template <Operand O>
 struct SmemType {
-  using T = float;
-};
-template <>
-struct SmemType<Operand::kBF16> {
-  using T = __nv_bfloat16;
-};
-template <>
-struct SmemType<Operand::kF16> {
-  using T = __half;
+  using T = std::conditional_t<O == Operand::kBF16, StorageType<Storage::kBF16>::T,
+                               std::conditional_t<O == Operand::kF16, StorageType<Storage::kF16>::T, float>>;
 };
 
 __device__ __forceinline__ uint32_t tf32_bits(float f) {

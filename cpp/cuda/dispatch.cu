@@ -74,7 +74,7 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
   constexpr long long kMaxGroups = 65535;  // gridDim.y
   const Problem& p = op.problem;
   const Plan& plan = op.plan;
-  const long long element = path_info(plan.path).storage == Storage::kF32 ? 4 : 2;
+  const long long element = storage_bytes(plan.path);
   for (long long g0 = 0; g0 < op.groups; g0 += kMaxGroups) {
     OmegaArgs args{static_cast<const char*>(input) + g0 * p.input_elems() * element,
                    static_cast<const char*>(out_grad) + g0 * p.grad_elems() * element,

@@ -83,6 +83,7 @@ NB_MODULE(_winrs, m) {
       nb::dict d;
       d["name"] = p.name;
       d["tensor_cores"] = p.tensor_cores;
+      d["storage"] = winrs::storage_name(p.storage);
       d["units_per_step"] = p.units_per_step;
       d["accuracy_budget"] = winrs::accuracy_budget(static_cast<winrs::Path>(i));
       out.append(d);

@@ -37,6 +37,12 @@ inline constexpr PathInfo kPaths[kNumPaths] = {
 };
 
 constexpr const PathInfo& path_info(Path p) { return kPaths[static_cast<int>(p)]; }
+// Bytes of one X or dY element in memory.
+constexpr int storage_bytes(Path p) { return path_info(p).storage == Storage::kF32 ? 4 : 2; }
+// The dtype name of the storage, as numpy spells it.
+constexpr const char* storage_name(Storage s) {
+  return s == Storage::kF32 ? "float32" : s == Storage::kBF16 ? "bfloat16" : "float16";
+}
 constexpr bool valid_path(int p) { return p >= 0 && p < kNumPaths; }
 
 }  // namespace winrs

@@ -34,14 +34,8 @@ PATH_DESCRIPTIONS = {
     "bf16": "bfloat16 on tensor cores, float32 transforms and accumulation",
     "fp16": "float16 on tensor cores, float32 transforms and accumulation",
 }
-# The input dtype each path runs on (X and dY are stored in it).
-PATH_DTYPES = {
-    "fp32": np.dtype(np.float32),
-    "tf32x3": np.dtype(np.float32),
-    "tf32": np.dtype(np.float32),
-    "bf16": np.dtype(jax.numpy.bfloat16),
-    "fp16": np.dtype(np.float16),
-}
+# The input dtype each path runs on (X and dY are stored in it), from the same table.
+PATH_DTYPES = {p["name"]: np.dtype(getattr(jax.numpy, p["storage"])) for p in _winrs.paths()}
 # Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
 _DTYPE_PATHS = {d: tuple(p for p in PATHS if PATH_DTYPES[p] == d) for d in set(PATH_DTYPES.values())}
 
@@ -94,7 +88,7 @@ class PlannerOptions:
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
     path: force the arithmetic path, one of PATHS that the dtype allows: "fp32", "tf32x3" or "tf32" for
         float32, "bf16" for bfloat16, "fp16" for float16. By default float32 follows `precision` as XLA does on
-        the platform (see resolve_path).
+        the platform (see resolve_paths).
     """
 
     sm_count: int | None = None
