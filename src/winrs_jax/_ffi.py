@@ -36,12 +36,12 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
 
 def varying_axes(x: jax.Array) -> frozenset[str]:
     """The manual (shard_map) mesh axes x varies over."""
-    aval = jax.typeof(x)
+    aval = x if isinstance(x, jax.core.ShapedArray) else jax.typeof(x)
     manual = getattr(aval, "manual_axis_type", None)  # jax 0.10
     return frozenset(getattr(manual, "varying", None) or getattr(aval, "vma", None) or ())
 
 
-def _replicated(aval: Any) -> Any:
+def replicated(aval: Any) -> Any:
     """aval's sharding with no dimension partitioned (dW sums over the batch: it is never split by it)."""
     sharding = getattr(aval, "sharding", None)
     if not isinstance(sharding, NamedSharding):
@@ -62,8 +62,8 @@ def backward_filter_call(
     # explicit axes no result dimension is partitioned (the operands' batch sharding says nothing about dW).
     base = jax.typeof(max((x_nhwc, dy_nhwc), key=lambda a: len(varying_axes(a))))
     out_types = (
-        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32, **_replicated(base)),
-        base.update(shape=(workspace_elems,), dtype=jnp.float32, **_replicated(base)),
+        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32, **replicated(base)),
+        base.update(shape=(workspace_elems,), dtype=jnp.float32, **replicated(base)),
     )
     # Under vmap the handler receives the stacked problems on leading axes and runs them in one launch.
     call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="broadcast_all")

@@ -1,7 +1,7 @@
 """Static description of a convolution call, normalised and validated at trace time.
 
 Everything here is computed from shapes and Python arguments only, so it is hashable and can be a
-non-differentiable argument of the custom VJP.
+parameter of winrs_jax's primitives.
 """
 
 from __future__ import annotations

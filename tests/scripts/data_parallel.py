@@ -1,6 +1,6 @@
 """Run by tests/test_sharding.py in a process with 4 CPU devices: batch-sharded training steps with
 winrs_jax.conv under jit (a plain Mesh and jax.make_mesh's explicit axes) and shard_map (with and without
-pcast), compared with one device. Prints one JSON line."""
+pcast), and a second-order gradient under the sharded jit, compared with one device. Prints one JSON line."""
 
 import json
 import os
@@ -64,12 +64,20 @@ def main() -> None:
             )  # the weight's gradient is psummed
 
         no_pcast = jax.jit(no_pcast_grad)(we, xe)
+
+    # Second order under the batch-sharded jit: a gradient penalty (the gradient of |d loss / d x|^2).
+    def penalty(conv, w, x):
+        return jnp.sum(jax.grad(functools.partial(loss, conv), argnums=1)(w, x) ** 2)
+
+    penalty_reference = jax.jit(jax.grad(functools.partial(penalty, lax.conv_general_dilated)))(w, x)
+    penalty_grad = jax.jit(jax.grad(functools.partial(penalty, winrs_jax.conv)))(ws, xs)
     scale = float(jnp.abs(reference).max())
     print(json.dumps({
         "jit_error": float(jnp.abs(jit_grad - reference).max()) / scale,
         "shard_map_error": float(jnp.abs(shard_map_grad - reference).max()) / scale,
         "explicit_error": float(jnp.abs(explicit_grad - reference).max()) / scale,
         "no_pcast_error": float(jnp.abs(no_pcast - reference).max()) / scale,
+        "penalty_error": float(jnp.abs(penalty_grad - penalty_reference).max() / jnp.abs(penalty_reference).max()),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
         "all_reduce": "all-reduce" in hlo and "all-reduce" in explicit_hlo,
         "winrs_calls": min(hlo.count("winrs_backward_filter"), explicit_hlo.count("winrs_backward_filter")),

@@ -1,0 +1,273 @@
+"""winrs_jax's convolution as JAX primitives, so that every transformation follows from rules, as for lax's own.
+
+- `conv_p` is lax.conv_general_dilated with one change: its transpose with respect to the filter (the filter
+  gradient) is `filter_grad_p` instead of another lax convolution.
+- `filter_grad_p(x, dy)` is that filter gradient: WinRS or XLA's, chosen when it is lowered (winrs_jax.choice).
+  Like every convolution it is bilinear in its operands, so its own derivatives are convolutions again.
+
+With JVP, transpose and batching rules, jvp/jacfwd, grad of any order (gradient penalties, Hessian-vector
+products), vmap and shard_map work as they do for lax.conv_general_dilated. The input gradient and the
+derivatives with respect to the input reuse lax's own transpose rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+from jax._src import dispatch as jax_dispatch
+from jax._src.lax import convolution as lax_rules  # lax's transpose rules of its convolution primitive
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from winrs_jax import _ffi, _partition, choice
+from winrs_jax.geometry import ConvSpec
+from winrs_jax.planner import Plan, PlannerOptions, make_plan
+
+_ShapeKey = tuple[tuple[int, ...], np.dtype]
+
+
+def _key(value: Any) -> _ShapeKey:
+    """(shape, dtype) of an array, tracer, aval, or an undefined primal of a transpose rule."""
+    aval = getattr(value, "aval", value)
+    return tuple(aval.shape), np.dtype(aval.dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lax_params(spec: ConvSpec, lhs: _ShapeKey, rhs: _ShapeKey) -> dict[str, Any]:
+    """The parameters lax binds its convolution primitive with for this call (precision canonicalised as lax
+    does), read from lax itself."""
+    args = (jax.ShapeDtypeStruct(*lhs), jax.ShapeDtypeStruct(*rhs))
+    jaxpr = jax.make_jaxpr(functools.partial(lax.conv_general_dilated, **spec.lax_kwargs()))(*args)
+    (params,) = [e.params for e in jaxpr.eqns if e.primitive is lax.conv_general_dilated_p]
+    return dict(params)
+
+
+def _params(spec: ConvSpec, lhs: Any, rhs: Any, stack: int = 0) -> dict[str, Any]:
+    """lax's parameters for one problem of operands with `stack` leading axes."""
+    return _lax_params(spec, _key(_unstacked(lhs, stack)), _key(_unstacked(rhs, stack)))
+
+
+def _stacked(fn: Callable[..., jax.Array], stack: int) -> Callable[..., jax.Array]:
+    """fn mapped over `stack` leading axes of every operand."""
+    for _ in range(stack):
+        fn = jax.vmap(fn)
+    return fn
+
+
+def _same_varying_axes(*args: jax.Array) -> list[jax.Array]:
+    """Inside shard_map, casts operands to vary over the union of the manual axes they vary over, as lax does
+    for its own primitives; the transpose of that cast sums a replicated weight's cotangent over those axes."""
+    axes = [_ffi.varying_axes(a) for a in args]
+    union = frozenset().union(*axes)
+    missing = [tuple(sorted(union - ax)) for ax in axes]
+    return [lax.pcast(a, m, to="varying") if m else a for a, m in zip(args, missing, strict=True)]
+
+
+def _xla_conv(lhs: jax.Array, rhs: jax.Array, *, spec: ConvSpec, options: Any, stack: int) -> jax.Array:
+    return _stacked(functools.partial(lax.conv_general_dilated, **spec.lax_kwargs()), stack)(lhs, rhs)
+
+
+def bind_conv(
+    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None, stack: int = 0
+) -> jax.Array:
+    """conv(lhs, rhs) as lax computes it, with the filter gradient of winrs_jax; spec.out_sharding is ignored."""
+    lhs, rhs = _same_varying_axes(lhs, rhs)
+    spec = dataclasses.replace(spec, out_sharding=None)
+    return conv_p.bind(lhs, rhs, spec=spec, options=options, stack=stack)
+
+
+def bind_filter_grad(
+    lhs: jax.Array, out_grad: jax.Array, rhs_aval: Any, spec: ConvSpec, options: PlannerOptions | None,
+    stack: int = 0,
+) -> jax.Array:  # fmt: skip
+    """d<out_grad, conv(lhs, rhs)>/d rhs, for rhs of rhs_aval's shape and dtype (without the stack axes)."""
+    lhs, out_grad = _same_varying_axes(lhs, out_grad)
+    return filter_grad_p.bind(
+        lhs, out_grad, spec=dataclasses.replace(spec, out_sharding=None), options=options,
+        mode=choice.current_mode(options.mode if options else None), rhs_shape=tuple(rhs_aval.shape)[stack:],
+        rhs_dtype=np.dtype(rhs_aval.dtype), stack=stack,
+    )  # fmt: skip
+
+
+def _unstacked(value: Any, stack: int) -> Any:
+    """The aval of one problem of a stack: of an array, a tracer or an undefined primal of a transpose rule."""
+    try:
+        aval = jax.typeof(value)
+    except TypeError:  # an aval, or a transpose rule's undefined primal
+        aval = getattr(value, "aval", value)
+    return aval.update(shape=aval.shape[stack:])
+
+
+# ---- conv_p: the forward convolution, on `stack` leading axes of stacked problems (vmap of both operands) ----
+
+
+def _conv_abstract_eval(lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, stack: int) -> Any:
+    out, effects = lax.conv_general_dilated_p.abstract_eval(
+        _unstacked(lhs, stack), _unstacked(rhs, stack), **_params(spec, lhs, rhs, stack)
+    )
+    return out.update(shape=(*lhs.shape[:stack], *out.shape)), effects
+
+
+conv_p = Primitive("winrs_conv")
+conv_p.def_impl(_xla_conv)
+conv_p.def_effectful_abstract_eval(_conv_abstract_eval)
+mlir.register_lowering(conv_p, mlir.lower_fun(_xla_conv, multiple_results=False))
+
+
+def _conv_transpose_lhs(
+    ct: jax.Array, lhs: Any, rhs: jax.Array, *, spec: ConvSpec, stack: int, **_: Any
+) -> Any:
+    """The input gradient: lax's."""
+    lhs_aval = ad.UndefinedPrimal(_unstacked(lhs, stack))
+
+    def single(ct: jax.Array, rhs: jax.Array) -> jax.Array:
+        params = _params(spec, lhs_aval, rhs, 0)
+        return lax_rules._conv_general_dilated_transpose_lhs(ct, lhs_aval, rhs, **params)
+
+    return _stacked(single, stack)(ct, rhs)
+
+
+def _conv_transpose_rhs(
+    ct: jax.Array, lhs: jax.Array, rhs: Any, *, spec: ConvSpec, options: Any, stack: int
+) -> Any:
+    """The filter gradient: winrs_jax's."""
+    return bind_filter_grad(lhs, ct, rhs.aval, spec, options, stack)
+
+
+ad.defbilinear(conv_p, _conv_transpose_lhs, _conv_transpose_rhs)
+
+
+def _merge_axis(x: jax.Array, src: int, dst: int) -> jax.Array:
+    """Folds axis src into axis dst (numbered without src), src major."""
+    perm = [i for i in range(x.ndim) if i != src]
+    perm.insert(dst, src)
+    shape = [d for i, d in enumerate(x.shape) if i != src]
+    shape[dst] *= x.shape[src]
+    return lax.reshape(x, tuple(shape), tuple(perm))
+
+
+def _split_axis(x: jax.Array, axis: int, major: int) -> jax.Array:
+    """Splits axis into (major, rest): the inverse of _merge_axis."""
+    shape = (*x.shape[:axis], major, x.shape[axis] // major, *x.shape[axis + 1 :])
+    return lax.reshape(x, shape)
+
+
+def _to_front(args: Any, dims: Any) -> list[jax.Array]:
+    """Each operand with its vmapped axis first; an unmapped one broadcast to it."""
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    return [
+        jax.numpy.broadcast_to(a, (size, *a.shape)) if d is None else jax.numpy.moveaxis(a, d, 0)
+        for a, d in zip(args, dims, strict=True)
+    ]
+
+
+def _conv_batch(args: Any, dims: Any, *, spec: ConvSpec, options: Any, stack: int) -> tuple[jax.Array, int]:
+    """A vmapped input folds into the batch axis and a vmapped filter into the output features, as lax does;
+    both vmapped (an ensemble) become stacked problems, whose filter gradients run in one WinRS launch."""
+    (lhs, rhs), (lhs_dim, rhs_dim) = args, dims
+    lhs_spec, rhs_spec, out_spec = (tuple(stack + d for d in s) for s in spec.dimension_numbers)
+    ungrouped = spec.feature_group_count == 1 and spec.batch_group_count == 1
+    if ungrouped and rhs_dim is None and lhs.shape[lhs_dim] > 0:
+        out = bind_conv(_merge_axis(lhs, lhs_dim, lhs_spec[0]), rhs, spec, options, stack)
+        return _split_axis(out, out_spec[0], lhs.shape[lhs_dim]), out_spec[0]
+    if ungrouped and lhs_dim is None and rhs.shape[rhs_dim] > 0:
+        out = bind_conv(lhs, _merge_axis(rhs, rhs_dim, rhs_spec[0]), spec, options, stack)
+        return _split_axis(out, out_spec[1], rhs.shape[rhs_dim]), out_spec[1]
+    return bind_conv(*_to_front(args, dims), spec, options, stack + 1), 0
+
+
+batching.primitive_batchers[conv_p] = _conv_batch
+
+
+# ---- filter_grad_p: the filter gradient, on `stack` leading axes of stacked problems ----
+
+
+def _filter_grad_aval(x: Any, dy: Any, rhs_shape: tuple[int, ...], rhs_dtype: np.dtype, stack: int) -> Any:
+    """The result's type: rhs's shape and dtype, varying over the manual axes the operands vary over, and not
+    partitioned under an explicit mesh (dW sums over the batch)."""
+    base = max((x, dy), key=lambda a: len(_ffi.varying_axes(a)))
+    return base.update(shape=(*x.shape[:stack], *rhs_shape), dtype=rhs_dtype, **_ffi.replicated(base))
+
+
+def _winrs_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, spec: ConvSpec, options: Any) -> jax.Array:
+    dn = spec.dimension_numbers
+
+    def canonical(a: jax.Array, batch: int, feature: int, spatial: tuple[int, ...]) -> jax.Array:
+        """N x H x W x C; a 1D operand gets a unit height axis."""
+        a = a.transpose((batch, *spatial, feature))
+        return a[:, None] if len(spatial) == 1 else a
+
+    layer = _partition.Layer(
+        plan.filter_hw, plan.pads, plan.path, plan.reference, options or PlannerOptions()
+    )
+    # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
+    dw = _partition.filter_grad(
+        canonical(x, dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:]),
+        canonical(dy, dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:]).astype(x.dtype),
+        layer,
+    )
+    if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
+        dw = dw[:, 0]
+    # dW is O x spatial... x I; put each axis where the rhs layout has it.
+    order = (dn.rhs_spec[0], *dn.rhs_spec[2:], dn.rhs_spec[1])
+    return dw.transpose(tuple(np.argsort(order)))
+
+
+def _filter_grad_impl(
+    x: jax.Array, dy: jax.Array, *, spec: ConvSpec, options: Any, mode: str, rhs_shape: tuple[int, ...],
+    rhs_dtype: np.dtype, stack: int,
+) -> jax.Array:  # fmt: skip
+    def single(x: jax.Array, dy: jax.Array) -> jax.Array:
+        plan = make_plan(x.shape, rhs_shape, x.dtype, spec, options)
+        winrs, _ = choice.use_winrs(plan, x.dtype, spec.precision, mode)
+        if winrs:
+            return _winrs_filter_grad(x, dy, plan, spec, options).astype(rhs_dtype)
+        rhs = ad.UndefinedPrimal(_filter_grad_aval(jax.typeof(x), jax.typeof(dy), rhs_shape, rhs_dtype, 0))
+        return lax_rules._conv_general_dilated_transpose_rhs(dy, x, rhs, **_params(spec, x, rhs))
+
+    return _stacked(single, stack)(x, dy)
+
+
+filter_grad_p = Primitive("winrs_filter_grad")
+filter_grad_p.def_impl(_filter_grad_impl)
+filter_grad_p.def_abstract_eval(
+    lambda x, dy, *, rhs_shape, rhs_dtype, stack, **_: _filter_grad_aval(x, dy, rhs_shape, rhs_dtype, stack)
+)
+mlir.register_lowering(filter_grad_p, mlir.lower_fun(_filter_grad_impl, multiple_results=False))
+# Its lowering holds the data-parallel custom partitioning, which needs the devices (as jax's cuDNN attention).
+jax_dispatch.prim_requires_devices_during_lowering.add(filter_grad_p)
+
+
+def _filter_grad_transpose_x(ct: jax.Array, x: Any, dy: jax.Array, **params: Any) -> jax.Array:
+    """<FG(x, dy), C> = <dy, conv(x, C)>: d/dx is conv's input gradient at filter C, applied to dy."""
+    spec, stack = params["spec"], params["stack"]
+    x_aval = ad.UndefinedPrimal(_unstacked(x, stack))
+
+    def single(c: jax.Array, dy: jax.Array) -> jax.Array:
+        return lax_rules._conv_general_dilated_transpose_lhs(dy, x_aval, c, **_params(spec, x_aval, c))
+
+    return _stacked(single, stack)(ct, dy)
+
+
+def _filter_grad_transpose_dy(ct: jax.Array, x: jax.Array, dy: Any, **params: Any) -> jax.Array:
+    """<FG(x, dy), C> = <dy, conv(x, C)>: d/d dy is the forward convolution at filter C (a conv_p, whose own
+    filter gradient is WinRS again)."""
+    c = ct.astype(params["rhs_dtype"])
+    return bind_conv(x, c, params["spec"], params["options"], params["stack"]).astype(dy.aval.dtype)
+
+
+ad.defbilinear(filter_grad_p, _filter_grad_transpose_x, _filter_grad_transpose_dy)
+
+
+def _filter_grad_batch(args: Any, dims: Any, *, stack: int, **params: Any) -> tuple[jax.Array, int]:
+    """vmapped problems stack on a new leading axis; the FFI call runs them in one launch."""
+    return filter_grad_p.bind(*_to_front(args, dims), stack=stack + 1, **params), 0
+
+
+batching.primitive_batchers[filter_grad_p] = _filter_grad_batch
