@@ -178,3 +178,14 @@ def test_a_layer_winrs_cannot_run_falls_back_to_xla(auto, monkeypatch):
     assert "winrs_backward_filter" not in text
     (path,) = choice.cache_dir().glob("*.json")
     assert json.loads(path.read_text())["winrs"] is False
+
+
+def test_measurement_times_both_without_failing(auto):
+    """A supported layer's measurement runs the WinRS call (a failure there would silently hand every layer to
+    XLA) and times both."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _grad_hlo()
+    (plan,) = auto
+    decision = choice.DECISIONS.get(choice.layer_key(plan, jnp.float32, None))
+    assert decision is not None and np.isfinite(decision.winrs_ms) and np.isfinite(decision.xla_ms)

@@ -81,7 +81,8 @@ def _attributes(**overrides):
 def _call(workspace_elems=0, dw_shape=(4, 3, 3, 4), x_shape=(2, 8, 8, 4), dy_shape=(2, 8, 8, 4), dtype=jnp.float32,
           **attrs):  # fmt: skip
     x, dy = jnp.ones(x_shape, dtype), jnp.ones(dy_shape, dtype)
-    return _ffi.backward_filter_call(x, dy, dw_shape, workspace_elems, _attributes(**attrs))
+    stacked = tuple(dw_shape[:-4])
+    return _ffi.backward_filter_call(x, dy, stacked, dw_shape[-4:], workspace_elems, _attributes(**attrs))
 
 
 def test_handler_accepts_consistent_planner_inputs():

@@ -171,4 +171,4 @@ def test_handler_errors_on_gpu():
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1,
                  variant0=1, variant1=-1)  # fmt: skip
     with pytest.raises(Exception, match="winrs_backward_filter: .*forced kernels cannot tile"):
-        np.asarray(_ffi.backward_filter_call(x, x, (4, 3, 3, 4), 0, attrs))
+        np.asarray(_ffi.backward_filter_call(x, x, (), (4, 3, 3, 4), 0, attrs))

@@ -70,4 +70,37 @@ def test_handler_rejects_mismatched_leading_axes():
                  variant0=-1, variant1=-1)  # fmt: skip
     x, dy = jnp.ones((2, 2, 8, 8, 4)), jnp.ones((3, 2, 8, 8, 4))
     with pytest.raises(Exception, match="winrs_backward_filter: .*leading"):
-        np.asarray(_ffi.backward_filter_call(x, dy, (2, 4, 3, 3, 4), 0, attrs))
+        np.asarray(_ffi.backward_filter_call(x, dy, (2,), (4, 3, 3, 4), 0, attrs))
+
+
+def test_handler_reads_a_shared_operand_once_per_problem(rng):
+    """Leading axes of size 1 mean one operand for every stacked problem (vmap's expand_dims): no copies."""
+    attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1,
+                 variant0=-1, variant1=-1)  # fmt: skip
+    x = jnp.asarray(rng.random((1, 2, 8, 8, 4)), jnp.float32)
+    dy = jnp.asarray(rng.random((3, 2, 8, 8, 4)), jnp.float32)
+    stacked = np.asarray(_ffi.backward_filter_call(x, dy, (3,), (4, 3, 3, 4), 0, attrs))
+    for i in range(3):
+        one = np.asarray(_ffi.backward_filter_call(x[0], dy[i], (), (4, 3, 3, 4), 0, attrs))
+        np.testing.assert_array_equal(stacked[i], one)
+
+
+def _winrs_operand_shapes(text):
+    """Operand types of the winrs_backward_filter custom calls in lowered StableHLO."""
+    calls = [line for line in text.splitlines() if "winrs_backward_filter" in line and "custom_call" in line]
+    return [line.split(": (")[1].split(")")[0] for line in calls]
+
+
+def test_jacobian_by_vmap_shares_the_input_instead_of_copying_it(rng):
+    """jacrev over a conv's outputs vmaps the filter gradient over cotangents with the input unmapped: the
+    FFI call gets the input once (a size-1 leading axis), not one copy per output element."""
+    x = jnp.asarray(rng.standard_normal((1, 5, 5, 2)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((3, 3, 2, 2)), jnp.float32)
+
+    def out(conv_fn, w):
+        return conv_fn(x, w, (1, 1), "SAME", dimension_numbers=NHWC)
+
+    ours = jax.jit(jax.jacrev(functools.partial(out, winrs_jax.conv)))
+    _close(ours(w), jax.jacrev(functools.partial(out, lax.conv_general_dilated))(w))
+    (operands,) = _winrs_operand_shapes(ours.lower(w).as_text())
+    assert operands.startswith("tensor<1x1x5x5x2xf32>, tensor<50x1x5x5x2xf32>"), operands

@@ -222,8 +222,8 @@ void backward_filter(const BackwardFilterOp& op, const Buffers& b, const Paralle
   const Problem& p = op.problem;
   const int64_t element = storage_bytes(op.plan.path);
   for (int64_t g = 0; g < op.groups; ++g) {
-    const Buffers group{static_cast<const char*>(b.input) + g * p.input_elems() * element,
-                        static_cast<const char*>(b.out_grad) + g * p.grad_elems() * element,
+    const Buffers group{static_cast<const char*>(b.input) + g * op.input_group_stride * element,
+                        static_cast<const char*>(b.out_grad) + g * op.grad_group_stride * element,
                         b.filter_grad + g * p.filter_elems(), b.workspace + g * op.plan.workspace_elems};
     run_problem(op, group, parallel_for);
   }

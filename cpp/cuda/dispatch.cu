@@ -76,15 +76,17 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
   const Plan& plan = op.plan;
   const long long element = storage_bytes(plan.path);
   for (long long g0 = 0; g0 < op.groups; g0 += kMaxGroups) {
-    OmegaArgs args{static_cast<const char*>(input) + g0 * p.input_elems() * element,
-                   static_cast<const char*>(out_grad) + g0 * p.grad_elems() * element,
+    OmegaArgs args{static_cast<const char*>(input) + g0 * op.input_group_stride * element,
+                   static_cast<const char*>(out_grad) + g0 * op.grad_group_stride * element,
                    filter_grad + g0 * p.filter_elems(),
                    workspace + g0 * plan.workspace_elems,
                    p,
                    plan.grid,
                    0,
                    std::min(kMaxGroups, op.groups - g0),
-                   plan.workspace_elems};
+                   plan.workspace_elems,
+                   op.input_group_stride,
+                   op.grad_group_stride};
     *stage = "kernel 0 launch";
     if (cudaError_t e = launch_omega(plan.path, plan.variant0, args, stream); e != cudaSuccess) return e;
     if (plan.grid.width0 < plan.grid.out_w) {  // the residual column adds into kernel 0's buckets

@@ -16,10 +16,11 @@ struct OmegaArgs {
   Problem problem;
   SegmentGrid grid;
   int kernel;  // 0: the primary columns of the grid, 1: the residual column (accumulates, see segments.h)
-  // Stacked independent problems in this launch (blockIdx.y): group g reads and writes at g times each
-  // tensor's size and its workspace at g x workspace_elems.
+  // Stacked independent problems in this launch (blockIdx.y): group g reads X and dY at g times their group
+  // strides (0 for one shared by all), writes dW at g x |dW| and its workspace at g x workspace_elems.
   long long groups;
   long long workspace_elems;
+  long long input_group_stride, grad_group_stride;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

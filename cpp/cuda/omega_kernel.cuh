@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   // Stacked problem of this block (vmap): offset every tensor to its group.
   const Problem& p = args.problem;
   const long long group = blockIdx.y;
-  const T* input = static_cast<const T*>(args.input) + group * p.input_elems();
-  const T* out_grad = static_cast<const T*>(args.out_grad) + group * p.grad_elems();
+  const T* input = static_cast<const T*>(args.input) + group * args.input_group_stride;
+  const T* out_grad = static_cast<const T*>(args.out_grad) + group * args.grad_group_stride;
   float* filter_grad = args.filter_grad + group * p.filter_elems();
   float* workspace = args.workspace + group * args.workspace_elems;
 

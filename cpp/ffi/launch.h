@@ -36,7 +36,8 @@ inline xla::ffi::DataType storage_dtype(Path path) {
 
 // Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
 // O_C x F_H x F_W x I_C (float32), each behind the same leading (vmapped) axes, and a float32 workspace of
-// op->workspace_elems(). Returns an error message, empty on success.
+// op->workspace_elems(). An input or output gradient whose leading axes all have size 1 is shared by every
+// stacked problem (vmap's expand_dims: no copies). Returns an error message, empty on success.
 template <typename Ret>
 std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                         Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
@@ -59,10 +60,16 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
     return "input, output gradient and filter gradient need rank 4 plus the same number of leading axes";
   const size_t lead = x.size() - 4;
   Shapes shapes;
+  shapes.input_shared = shapes.grad_shared = lead > 0;
   for (size_t d = 0; d < lead; ++d) {
-    if (x[d] != dy[d] || x[d] != dw[d]) return "leading (vmapped) axes differ between the buffers";
-    shapes.groups *= x[d];
+    shapes.input_shared = shapes.input_shared && x[d] == 1;
+    shapes.grad_shared = shapes.grad_shared && dy[d] == 1;
+    shapes.groups *= dw[d];
   }
+  for (size_t d = 0; d < lead; ++d)
+    if ((x[d] != dw[d] && !shapes.input_shared) || (dy[d] != dw[d] && !shapes.grad_shared))
+      return "leading (vmapped) axes of the input and output gradient must equal the filter gradient's, or "
+             "all be 1";
   std::copy_n(x.begin() + lead, 4, shapes.input);
   std::copy_n(dy.begin() + lead, 4, shapes.out_grad);
   std::copy_n(dw.begin() + lead, 4, shapes.filter_grad);

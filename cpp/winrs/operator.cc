@@ -18,6 +18,8 @@ std::string make_backward_filter(const Shapes& s, const PlanOptions& options, Ba
   for (int64_t d : {p.in_h, p.in_w, p.out_h, p.out_w, p.filter_h, p.filter_w})
     if (d > kIntMax) return "spatial dimension too large";
   op->groups = s.groups;
+  op->input_group_stride = s.input_shared ? 0 : p.input_elems();
+  op->grad_group_stride = s.grad_shared ? 0 : p.grad_elems();
   op->plan = make_plan(p, options);
   return op->plan.supported ? std::string() : op->plan.reason;
 }

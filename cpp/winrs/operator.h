@@ -16,8 +16,10 @@ struct BackwardFilterOp {
   Problem problem;
   Plan plan;
   // Independent problems of the same shape stacked on leading axes (vmap): each has its own dW and
-  // (buckets - 1) x |dW| of workspace, laid out one after the other.
+  // (buckets - 1) x |dW| of workspace, laid out one after the other. An input shared by every problem (leading
+  // axes of size 1) has a group stride of 0.
   int64_t groups = 1;
+  int64_t input_group_stride = 0, grad_group_stride = 0;  // elements between the problems' X and dY
 
   int64_t workspace_elems() const { return groups * plan.workspace_elems; }
 };
@@ -28,6 +30,7 @@ struct Shapes {
   int64_t filter_grad[4];  // O_C x F_H x F_W x I_C
   int64_t pads[4];         // top, bottom, left, right
   int64_t groups = 1;
+  bool input_shared = false, grad_shared = false;  // one X (dY) for every stacked problem
 };
 
 // can_implement and initialise in one: fills `op` and returns "" when WinRS can run the problem, else the

@@ -52,20 +52,21 @@ def replicated(aval: Any) -> Any:
 def backward_filter_call(
     x_nhwc: jax.Array,
     dy_nhwc: jax.Array,
+    stacked: tuple[int, ...],
     filter_ohwi_shape: tuple[int, int, int, int],
     workspace_elems: int,
     attributes: dict[str, int],
 ) -> jax.Array:
-    """dW (O_C x F_H x F_W x I_C, float32) of one planned WinRS backward-filter convolution."""
+    """dW (stacked + O_C x F_H x F_W x I_C, float32) of planned WinRS backward-filter convolutions: X and dY with
+    len(stacked) leading axes of stacked problems, each axis equal to `stacked` or, for an operand shared by all
+    problems, all of size 1."""
     # Inside shard_map the results vary over the manual axes the operands vary over (check_vma): keep the type
     # of the operand that varies over the most axes, with the result's shape and dtype; under a mesh with
     # explicit axes no result dimension is partitioned (the operands' batch sharding says nothing about dW).
     base = jax.typeof(max((x_nhwc, dy_nhwc), key=lambda a: len(varying_axes(a))))
     out_types = (
-        base.update(shape=tuple(filter_ohwi_shape), dtype=jnp.float32, **replicated(base)),
-        base.update(shape=(workspace_elems,), dtype=jnp.float32, **replicated(base)),
+        base.update(shape=(*stacked, *filter_ohwi_shape), dtype=jnp.float32, **replicated(base)),
+        base.update(shape=(*stacked, workspace_elems), dtype=jnp.float32, **replicated(base)),
     )
-    # Under vmap the handler receives the stacked problems on leading axes and runs them in one launch.
-    call = jax.ffi.ffi_call(TARGET, out_types, vmap_method="broadcast_all")
-    filter_grad, _workspace = call(x_nhwc, dy_nhwc, **attributes)
+    filter_grad, _workspace = jax.ffi.ffi_call(TARGET, out_types)(x_nhwc, dy_nhwc, **attributes)
     return filter_grad

@@ -1,8 +1,10 @@
-"""The WinRS filter gradient as XLA partitions and vmaps it.
+"""The WinRS filter gradient as XLA partitions it.
 
 Under jit with the batch axis sharded over devices (weights replicated), each device computes the filter
 gradient of its shard with its own plan and the results are summed with one all-reduce: activations are never
-all-gathered (jax.experimental.custom_partitioning). Under vmap the stacked problems run in one FFI call.
+all-gathered (jax.experimental.custom_partitioning). Stacked problems (vmap, or the depth slices of a 3D
+layer) arrive on leading axes and run in one FFI call; an operand whose leading axes all have size 1 is shared
+by every problem.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 from typing import Any
 
 import jax
+import numpy as np
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
@@ -23,24 +26,26 @@ from winrs_jax.planner import PlannerOptions, plan_canonical
 
 @dataclasses.dataclass(frozen=True)
 class Layer:
-    """What the filter gradient needs besides X (N x H x W x C) and dY (N x OH x OW x K)."""
+    """What the filter gradient needs besides X (... x N x H x W x C) and dY (... x N x OH x OW x K)."""
 
     filter_hw: tuple[int, int]
     pads: tuple[int, int, int, int]
     path: str
     reference: str
     options: PlannerOptions
+    stack: int = 0  # leading axes of stacked problems
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
-    """dW (K x FH x FW x C) of one device's problem, planned for its own shapes."""
-    plan = plan_canonical(x.shape[0], tuple(x.shape[1:3]), x.shape[3], dy.shape[3], layer.filter_hw, layer.pads,
-                          layer.path, layer.reference, layer.options)  # fmt: skip
+    """dW (... x K x FH x FW x C) of one device's problems, planned for their own shapes."""
+    s = layer.stack
+    plan = plan_canonical(x.shape[s], tuple(x.shape[s + 1 : s + 3]), x.shape[s + 3], dy.shape[s + 3],
+                          layer.filter_hw, layer.pads, layer.path, layer.reference, layer.options)  # fmt: skip
     if not plan.supported:  # shapes were validated for the whole problem; a shard cannot make them invalid
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
-    return _ffi.backward_filter_call(
-        x, dy, plan.filter_shape_ohwi, plan.workspace_elems, plan.ffi_attributes()
-    )
+    stacked = tuple(np.broadcast_shapes(x.shape[:s], dy.shape[:s]))
+    return _ffi.backward_filter_call(x, dy, stacked, plan.filter_shape_ohwi, plan.workspace_elems,
+                                     plan.ffi_attributes())  # fmt: skip
 
 
 @functools.partial(custom_partitioning, static_argnums=(2,))
@@ -48,48 +53,48 @@ def _partitioned(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     return _local_filter_grad(x, dy, layer)
 
 
-def _batch_axes(arg_shapes: Any) -> Any:
+def _batch_axes(layer: Layer, arg_shapes: Any) -> Any:
     spec = arg_shapes[0].sharding.spec
-    return spec[0] if len(spec) else None
+    return spec[layer.stack] if len(spec) > layer.stack else None
 
 
 def _partition(layer: Layer, mesh: Any, arg_shapes: Any, result_shape: Any) -> Any:
-    axes = _batch_axes(arg_shapes)
-    shardings = (NamedSharding(mesh, P(axes)), NamedSharding(mesh, P(axes)))
+    axes = _batch_axes(layer, arg_shapes)
+    batch_sharded = NamedSharding(mesh, P(*([None] * layer.stack), axes))
 
     def lower(x: jax.Array, dy: jax.Array) -> jax.Array:
         dw = _local_filter_grad(x, dy, layer)
         return dw if axes is None else lax.psum(dw, axes)
 
-    return mesh, lower, NamedSharding(mesh, P()), shardings
+    return mesh, lower, NamedSharding(mesh, P()), (batch_sharded, batch_sharded)
 
 
 def _infer(layer: Layer, mesh: Any, arg_shapes: Any, result_shape: Any) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
+def _sharding_rule(layer: Layer, mesh: Any, operand_types: Any, result_types: Any) -> tuple[str, dict]:
+    """Einsum-like: the batch is reduced; the leading (stacked) axes of a shared operand have size 1."""
+    s = layer.stack
+    x_shared = s > 0 and all(d == 1 for d in operand_types[0].shape[:s])
+    x_lead = [f"x{i}" if x_shared else f"s{i}" for i in range(s)]
+    dy_lead = [f"s{i}" for i in range(s)]
+    if not x_shared and all(d == 1 for d in operand_types[1].shape[:s]):
+        dy_lead = [f"y{i}" for i in range(s)]
+    rule = " ".join([*x_lead, "n h w c, ", *dy_lead, "n p q k -> ", *[f"s{i}" for i in range(s)], "k i j c"])
+    # Every factor but the batch must be replicated, listed in order of first appearance.
+    factors = list(dict.fromkeys(rule.replace(",", " ").replace("->", " ").split()))
+    return rule, dict(reduction_factors=("n",), need_replication_factors=tuple(f for f in factors if f != "n"))
+
+
 _partitioned.def_partition(
     partition=_partition,
     infer_sharding_from_operands=_infer,
-    sharding_rule="n h w c, n p q k -> k i j c",
-    reduction_factors=("n",),
-    need_replication_factors=("h", "w", "c", "p", "q", "k", "i", "j"),
+    sharding_rule=_sharding_rule,
 )
 
 
 def filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
-    """dW (K x FH x FW x C, float32) of X (N x H x W x C) and dY (N x OH x OW x K), both in the storage type
-    of layer.path."""
-
-    @jax.custom_batching.custom_vmap
-    def batchable(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return _partitioned(x, dy, layer)
-
-    @batchable.def_vmap
-    def stacked(axis_size: int, in_batched: Any, x: jax.Array, dy: jax.Array) -> Any:
-        # custom_partitioning has no batching rule; the FFI call stacks vmapped problems itself.
-        x_batched, dy_batched = in_batched
-        fn = jax.vmap(_local_filter_grad, in_axes=(0 if x_batched else None, 0 if dy_batched else None, None))
-        return fn(x, dy, layer), True
-
-    return batchable(x, dy)
+    """dW (... x K x FH x FW x C, float32) of X (... x N x H x W x C) and dY (... x N x OH x OW x K), both in the
+    storage type of layer.path, with layer.stack leading axes of stacked problems."""
+    return _partitioned(x, dy, layer)

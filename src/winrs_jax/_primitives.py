@@ -54,10 +54,37 @@ def _params(spec: ConvSpec, lhs: Any, rhs: Any, stack: int = 0) -> dict[str, Any
 
 
 def _stacked(fn: Callable[..., jax.Array], stack: int) -> Callable[..., jax.Array]:
-    """fn mapped over `stack` leading axes of every operand."""
-    for _ in range(stack):
-        fn = jax.vmap(fn)
-    return fn
+    """fn mapped over `stack` leading axes of its operands; an operand whose leading axis has size 1 where
+    another's is longer is shared (broadcast), not mapped."""
+    if stack == 0:
+        return fn
+
+    def mapped(*args: jax.Array) -> jax.Array:
+        size = max(a.shape[0] for a in args)
+        axes = tuple(0 if a.shape[0] == size else None for a in args)
+        args = tuple(a if axis == 0 else a[0] for a, axis in zip(args, axes, strict=True))
+        return jax.vmap(_stacked(fn, stack - 1), in_axes=axes)(*args)
+
+    return mapped
+
+
+def _leading_shape(args: Any, dims: Any, stack: int) -> tuple[int, ...]:
+    """The stacked problems' leading shape of a batching rule's operands (without vmap's axis)."""
+    shapes = [
+        a.shape[:stack] if d is None else np.delete(a.shape, d)[:stack]
+        for a, d in zip(args, dims, strict=True)
+    ]
+    return tuple(np.broadcast_shapes(*(tuple(int(v) for v in shape) for shape in shapes)))
+
+
+def _shared(value: Any, stack: int) -> bool:
+    """Whether an operand with `stack` leading axes is shared by all stacked problems (axes of size 1)."""
+    return stack > 0 and all(d == 1 for d in getattr(value, "aval", value).shape[:stack])
+
+
+def _sum_if_shared(ct: jax.Array, operand: Any, stack: int) -> jax.Array:
+    """The cotangent of an operand that every stacked problem reads is the sum over the problems."""
+    return ct.sum(axis=tuple(range(stack)), keepdims=True) if _shared(operand, stack) else ct
 
 
 def _same_varying_axes(*args: jax.Array) -> list[jax.Array]:
@@ -111,7 +138,8 @@ def _conv_abstract_eval(lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, sta
     out, effects = lax.conv_general_dilated_p.abstract_eval(
         _unstacked(lhs, stack), _unstacked(rhs, stack), **_params(spec, lhs, rhs, stack)
     )
-    return out.update(shape=(*lhs.shape[:stack], *out.shape)), effects
+    stacked = np.broadcast_shapes(lhs.shape[:stack], rhs.shape[:stack])
+    return out.update(shape=(*stacked, *out.shape)), effects
 
 
 conv_p = Primitive("winrs_conv")
@@ -130,14 +158,14 @@ def _conv_transpose_lhs(
         params = _params(spec, lhs_aval, rhs, 0)
         return lax_rules._conv_general_dilated_transpose_lhs(ct, lhs_aval, rhs, **params)
 
-    return _stacked(single, stack)(ct, rhs)
+    return _sum_if_shared(_stacked(single, stack)(ct, rhs), lhs, stack)
 
 
 def _conv_transpose_rhs(
     ct: jax.Array, lhs: jax.Array, rhs: Any, *, spec: ConvSpec, options: Any, stack: int
 ) -> Any:
     """The filter gradient: winrs_jax's."""
-    return bind_filter_grad(lhs, ct, rhs.aval, spec, options, stack)
+    return _sum_if_shared(bind_filter_grad(lhs, ct, rhs.aval, spec, options, stack), rhs, stack)
 
 
 ad.defbilinear(conv_p, _conv_transpose_lhs, _conv_transpose_rhs)
@@ -158,13 +186,19 @@ def _split_axis(x: jax.Array, axis: int, major: int) -> jax.Array:
     return lax.reshape(x, shape)
 
 
-def _to_front(args: Any, dims: Any) -> list[jax.Array]:
-    """Each operand with its vmapped axis first; an unmapped one broadcast to it."""
+def _to_front(args: Any, dims: Any, stack: int) -> list[jax.Array]:
+    """Operands of a batching rule with vmap's axis as a new first stacked axis. One that vmap does not map and
+    that was unstacked or shared so far stays shared (a size-1 axis, no copy); the others are stacked whole."""
     size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-    return [
-        jax.numpy.broadcast_to(a, (size, *a.shape)) if d is None else jax.numpy.moveaxis(a, d, 0)
-        for a, d in zip(args, dims, strict=True)
-    ]
+    stacked = _leading_shape(args, dims, stack)
+
+    def leading(a: jax.Array, d: Any) -> jax.Array:
+        if d is None and (stack == 0 or _shared(a, stack)):
+            return a[None]
+        a = a[None] if d is None else jax.numpy.moveaxis(a, d, 0)
+        return jax.numpy.broadcast_to(a, (size, *stacked, *a.shape[stack + 1 :]))
+
+    return [leading(a, d) for a, d in zip(args, dims, strict=True)]
 
 
 def _conv_batch(args: Any, dims: Any, *, spec: ConvSpec, options: Any, stack: int) -> tuple[jax.Array, int]:
@@ -179,7 +213,7 @@ def _conv_batch(args: Any, dims: Any, *, spec: ConvSpec, options: Any, stack: in
     if ungrouped and lhs_dim is None and rhs.shape[rhs_dim] > 0:
         out = bind_conv(lhs, _merge_axis(rhs, rhs_dim, rhs_spec[0]), spec, options, stack)
         return _split_axis(out, out_spec[1], rhs.shape[rhs_dim]), out_spec[1]
-    return bind_conv(*_to_front(args, dims), spec, options, stack + 1), 0
+    return bind_conv(*_to_front(args, dims, stack), spec, options, stack + 1), 0
 
 
 batching.primitive_batchers[conv_p] = _conv_batch
@@ -189,22 +223,27 @@ batching.primitive_batchers[conv_p] = _conv_batch
 
 
 def _filter_grad_aval(x: Any, dy: Any, rhs_shape: tuple[int, ...], rhs_dtype: np.dtype, stack: int) -> Any:
-    """The result's type: rhs's shape and dtype, varying over the manual axes the operands vary over, and not
-    partitioned under an explicit mesh (dW sums over the batch)."""
+    """The result's type: the stacked problems' leading axes and rhs's shape and dtype, varying over the manual
+    axes the operands vary over, and not partitioned under an explicit mesh (dW sums over the batch)."""
     base = max((x, dy), key=lambda a: len(_ffi.varying_axes(a)))
-    return base.update(shape=(*x.shape[:stack], *rhs_shape), dtype=rhs_dtype, **_ffi.replicated(base))
+    stacked = np.broadcast_shapes(x.shape[:stack], dy.shape[:stack])
+    return base.update(shape=(*stacked, *rhs_shape), dtype=rhs_dtype, **_ffi.replicated(base))
 
 
-def _winrs_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, spec: ConvSpec, options: Any) -> jax.Array:
+def _winrs_filter_grad(
+    x: jax.Array, dy: jax.Array, plan: Plan, spec: ConvSpec, options: Any, stack: int
+) -> jax.Array:
+    """WinRS on operands in any layout with `stack` leading axes, dW in rhs's layout."""
     dn = spec.dimension_numbers
+    lead = tuple(range(stack))
 
     def canonical(a: jax.Array, batch: int, feature: int, spatial: tuple[int, ...]) -> jax.Array:
-        """N x H x W x C; a 1D operand gets a unit height axis."""
-        a = a.transpose((batch, *spatial, feature))
-        return a[:, None] if len(spatial) == 1 else a
+        """... x N x H x W x C; a 1D operand gets a unit height axis."""
+        a = a.transpose((*lead, *(stack + d for d in (batch, *spatial, feature))))
+        return jax.numpy.expand_dims(a, stack + 1) if len(spatial) == 1 else a
 
     layer = _partition.Layer(
-        plan.filter_hw, plan.pads, plan.path, plan.reference, options or PlannerOptions()
+        plan.filter_hw, plan.pads, plan.path, plan.reference, options or PlannerOptions(), stack
     )
     # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
     dw = _partition.filter_grad(
@@ -213,21 +252,23 @@ def _winrs_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, spec: ConvSpec, 
         layer,
     )
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
-        dw = dw[:, 0]
+        dw = dw.squeeze(stack + 1)
     # dW is O x spatial... x I; put each axis where the rhs layout has it.
     order = (dn.rhs_spec[0], *dn.rhs_spec[2:], dn.rhs_spec[1])
-    return dw.transpose(tuple(np.argsort(order)))
+    return dw.transpose((*lead, *(stack + int(d) for d in np.argsort(order))))
 
 
 def _filter_grad_impl(
     x: jax.Array, dy: jax.Array, *, spec: ConvSpec, options: Any, mode: str, rhs_shape: tuple[int, ...],
     rhs_dtype: np.dtype, stack: int,
 ) -> jax.Array:  # fmt: skip
+    one_x = _unstacked(x, stack)
+    plan = make_plan(one_x.shape, rhs_shape, one_x.dtype, spec, options)
+    winrs, _ = choice.use_winrs(plan, one_x.dtype, spec.precision, mode)
+    if winrs:
+        return _winrs_filter_grad(x, dy, plan, spec, options, stack).astype(rhs_dtype)
+
     def single(x: jax.Array, dy: jax.Array) -> jax.Array:
-        plan = make_plan(x.shape, rhs_shape, x.dtype, spec, options)
-        winrs, _ = choice.use_winrs(plan, x.dtype, spec.precision, mode)
-        if winrs:
-            return _winrs_filter_grad(x, dy, plan, spec, options).astype(rhs_dtype)
         rhs = ad.UndefinedPrimal(_filter_grad_aval(jax.typeof(x), jax.typeof(dy), rhs_shape, rhs_dtype, 0))
         return lax_rules._conv_general_dilated_transpose_rhs(dy, x, rhs, **_params(spec, x, rhs))
 
@@ -252,22 +293,24 @@ def _filter_grad_transpose_x(ct: jax.Array, x: Any, dy: jax.Array, **params: Any
     def single(c: jax.Array, dy: jax.Array) -> jax.Array:
         return lax_rules._conv_general_dilated_transpose_lhs(dy, x_aval, c, **_params(spec, x_aval, c))
 
-    return _stacked(single, stack)(ct, dy)
+    return _sum_if_shared(_stacked(single, stack)(ct, dy), x, stack)
 
 
 def _filter_grad_transpose_dy(ct: jax.Array, x: jax.Array, dy: Any, **params: Any) -> jax.Array:
     """<FG(x, dy), C> = <dy, conv(x, C)>: d/d dy is the forward convolution at filter C (a conv_p, whose own
     filter gradient is WinRS again)."""
+    spec, options, stack = params["spec"], params["options"], params["stack"]
     c = ct.astype(params["rhs_dtype"])
-    return bind_conv(x, c, params["spec"], params["options"], params["stack"]).astype(dy.aval.dtype)
+    out = bind_conv(x, c, spec, options, stack).astype(dy.aval.dtype)
+    return _sum_if_shared(out, dy, stack)
 
 
 ad.defbilinear(filter_grad_p, _filter_grad_transpose_x, _filter_grad_transpose_dy)
 
 
 def _filter_grad_batch(args: Any, dims: Any, *, stack: int, **params: Any) -> tuple[jax.Array, int]:
-    """vmapped problems stack on a new leading axis; the FFI call runs them in one launch."""
-    return filter_grad_p.bind(*_to_front(args, dims), stack=stack + 1, **params), 0
+    """vmapped problems stack on a new leading axis and run in one FFI call; see _to_front."""
+    return filter_grad_p.bind(*_to_front(args, dims, stack), stack=stack + 1, **params), 0
 
 
 batching.primitive_batchers[filter_grad_p] = _filter_grad_batch

@@ -189,7 +189,7 @@ def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
 
     def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
         return _ffi.backward_filter_call(
-            x, dy, plan.filter_shape_ohwi, plan.workspace_elems, plan.ffi_attributes()
+            x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, plan.ffi_attributes()
         )
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:

@@ -1,6 +1,7 @@
 """Run by tests/test_sharding.py in a process with 4 CPU devices: batch-sharded training steps with
 winrs_jax.conv under jit (a plain Mesh and jax.make_mesh's explicit axes) and shard_map (with and without
-pcast), and a second-order gradient under the sharded jit, compared with one device. Prints one JSON line."""
+pcast), a second-order gradient and a vmapped ensemble under the sharded jit, compared with one device.
+Prints one JSON line."""
 
 import json
 import os
@@ -71,6 +72,20 @@ def main() -> None:
 
     penalty_reference = jax.jit(jax.grad(functools.partial(penalty, lax.conv_general_dilated)))(w, x)
     penalty_grad = jax.jit(jax.grad(functools.partial(penalty, winrs_jax.conv)))(ws, xs)
+    # An ensemble (vmap over weights and data) with each member's batch sharded: the stacked filter gradients
+    # keep the per-device plan and all-reduce. (XLA's grouped forward convolution of the ensemble gathers on
+    # its own, with lax too: the filter gradient must add no gather to it.)
+    w2, x2 = jnp.stack([w, -w]), jnp.stack([x, 2 * x])
+    x2s, w2s = (
+        jax.device_put(x2, NamedSharding(mesh, P(None, "d"))),
+        jax.device_put(w2, NamedSharding(mesh, P())),
+    )
+    lax_ensemble_step = jax.jit(jax.vmap(jax.grad(functools.partial(loss, lax.conv_general_dilated))))
+    ensemble_reference = lax_ensemble_step(w2, x2)
+    ensemble_step = jax.jit(jax.vmap(jax.grad(functools.partial(loss, winrs_jax.conv))))
+    ensemble = ensemble_step(w2s, x2s)
+    ensemble_hlo = ensemble_step.lower(w2s, x2s).compile().as_text()
+    lax_ensemble_hlo = lax_ensemble_step.lower(w2s, x2s).compile().as_text()
     scale = float(jnp.abs(reference).max())
     print(json.dumps({
         "jit_error": float(jnp.abs(jit_grad - reference).max()) / scale,
@@ -78,9 +93,11 @@ def main() -> None:
         "explicit_error": float(jnp.abs(explicit_grad - reference).max()) / scale,
         "no_pcast_error": float(jnp.abs(no_pcast - reference).max()) / scale,
         "penalty_error": float(jnp.abs(penalty_grad - penalty_reference).max() / jnp.abs(penalty_reference).max()),
+        "ensemble_error": float(jnp.abs(ensemble - ensemble_reference).max() / jnp.abs(ensemble_reference).max()),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
-        "all_reduce": "all-reduce" in hlo and "all-reduce" in explicit_hlo,
-        "winrs_calls": min(hlo.count("winrs_backward_filter"), explicit_hlo.count("winrs_backward_filter")),
+        "ensemble_gathers": [ensemble_hlo.count("all-gather("), lax_ensemble_hlo.count("all-gather(")],
+        "all_reduce": all("all-reduce" in text for text in (hlo, explicit_hlo, ensemble_hlo)),
+        "winrs_calls": min(text.count("winrs_backward_filter") for text in (hlo, explicit_hlo, ensemble_hlo)),
     }))  # fmt: skip
 
 
