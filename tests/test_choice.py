@@ -172,7 +172,7 @@ def test_a_layer_winrs_cannot_run_falls_back_to_xla(auto, monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError("no kernel image for this device")
 
-    monkeypatch.setattr(choice._ffi, "backward_filter_call", failing)
+    monkeypatch.setattr(choice._partition._ffi, "backward_filter_call", failing)
     with pytest.warns(RuntimeWarning, match="WinRS failed .* XLA computes it: no kernel image"):
         text = _grad_hlo()
     assert "winrs_backward_filter" not in text

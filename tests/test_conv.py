@@ -185,3 +185,54 @@ def test_hlo_for_cuda_contains_the_custom_call(rng):
     )
     text = jax.jit(fn).trace(lhs, rhs).lower(lowering_platforms=("cuda",)).as_text()
     assert "winrs_backward_filter" in text
+
+
+def _reference_3d(x, dy, filter_dhw, pads):
+    """float64 filter gradient of an NDHWC layer: K x FD x FH x FW x C."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    xp = np.pad(x, ((0, 0), *pads, (0, 0)))
+    od, oh, ow = dy.shape[1:4]
+    dw = np.zeros((dy.shape[4], *filter_dhw, x.shape[4]))
+    for a, b, c in np.ndindex(*filter_dhw):
+        dw[:, a, b, c, :] = np.einsum("ndhwk,ndhwc->kc", dy, xp[:, a : a + od, b : b + oh, c : c + ow, :])
+    return dw
+
+
+@pytest.mark.parametrize(
+    "x_shape, filter_dhw, pads",
+    [
+        ((2, 6, 7, 8, 3), (3, 3, 3), ((1, 1), (1, 1), (1, 1))),
+        ((1, 5, 6, 9, 2), (2, 3, 4), ((0, 1), (2, 0), (1, 2))),
+        ((3, 4, 5, 5, 4), (1, 2, 2), ((0, 0), (0, 0), (0, 0))),
+    ],
+)
+def test_three_d_filter_gradient_matches_float64(rng, x_shape, filter_dhw, pads):
+    """3D layers run WinRS (Level 2: one stacked 2D problem per filter depth tap) in every layout."""
+    k = 5
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    w_shape = (*filter_dhw, x_shape[4], k)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(
+        x, jnp.zeros(w_shape), (1, 1, 1), pads, dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    expected = _reference_3d(x, dy, filter_dhw, pads)  # K x FD x FH x FW x C
+    layouts = {"NDHWC": (0, 1, 2, 3, 4), "NCDHW": (0, 4, 1, 2, 3)}
+    filters = {"DHWIO": (1, 2, 3, 4, 0), "OIDHW": (0, 4, 1, 2, 3)}
+    for (lhs_layout, lhs_perm), (rhs_layout, rhs_perm) in zip(layouts.items(), filters.items(), strict=True):
+        fn = jax.jit(functools.partial(
+            winrs_jax.conv_backward_filter, rhs_shape=tuple(np.array((k, *filter_dhw, x_shape[4]))[list(rhs_perm)]),
+            padding=pads, dimension_numbers=(lhs_layout, rhs_layout, lhs_layout)))  # fmt: skip
+        dw = fn(jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm))
+        assert (
+            "winrs_backward_filter"
+            in fn.lower(jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm)).as_text()
+        )
+        _assert_close(dw, jnp.asarray(np.transpose(expected, rhs_perm), jnp.float32))
+
+
+def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):
+    x, w = _operands(rng, (2, 3, 5, 6, 7, 4), (3, 2, 3, 4, 5))
+    kwargs = dict(window_strides=(1, 1, 1), padding="SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    ours = jax.jit(jax.vmap(functools.partial(_grads, winrs_jax.conv, **kwargs), in_axes=(0, None)))(x, w)
+    theirs = jax.vmap(functools.partial(_grads, lax.conv_general_dilated, **kwargs), in_axes=(0, None))(x, w)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)

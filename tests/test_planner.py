@@ -152,11 +152,25 @@ def test_printed_plan():
     print(text)
 
 
-def test_three_d_convolution_falls_back():
-    x = jax.ShapeDtypeStruct((2, 8, 8, 8, 4), np.float32)
-    rhs = jax.ShapeDtypeStruct((3, 3, 3, 4, 4), np.float32)
-    plan = winrs_jax.plan(x, rhs, (1, 1, 1), "SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
-    assert not plan.supported and "3D" in plan.reason
+def test_three_d_layer_is_planned_as_stacked_depth_taps():
+    """Level 2 of the paper's dimension reduction: a 3x3x3 layer is 3 stacked 2D problems over N x OD images."""
+    x = jax.ShapeDtypeStruct((2, 8, 9, 10, 4), np.float32)
+    rhs = jax.ShapeDtypeStruct((3, 3, 3, 4, 6), np.float32)
+    plan = winrs_jax.plan(
+        x, rhs, (1, 1, 1), ((1, 0), (1, 1), (0, 2)), dimension_numbers=("NDHWC", "DHWIO", "NDHWC")
+    )
+    assert plan.supported, plan.reason
+    assert plan.depth == (8, 7, 3) and plan.depth_pads == (1, 0) and plan.batch == 2 * 7
+    assert plan.input_hw == (9, 10) and plan.filter_hw == (3, 3) and plan.pads == (1, 1, 0, 2)
+    assert plan.canonical_shapes() == ((2, 8, 9, 10, 4), (2, 7, 9, 10, 6), (6, 3, 3, 3, 4))
+    assert "3 filter depth taps" in str(plan)
+
+
+def test_four_d_convolution_falls_back():
+    x = jax.ShapeDtypeStruct((1, 2, 4, 4, 4, 4), np.float32)  # default layout: N x C x spatial
+    rhs = jax.ShapeDtypeStruct((2, 2, 2, 2, 2, 2), np.float32)
+    plan = winrs_jax.plan(x, rhs, (1,) * 4, "SAME")
+    assert not plan.supported and "4D" in plan.reason
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from winrs_jax import _ffi
-from winrs_jax.planner import PlannerOptions, plan_canonical
+from winrs_jax.planner import Plan, PlannerOptions, plan_canonical
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,9 @@ def _sharding_rule(layer: Layer, mesh: Any, operand_types: Any, result_types: An
     rule = " ".join([*x_lead, "n h w c, ", *dy_lead, "n p q k -> ", *[f"s{i}" for i in range(s)], "k i j c"])
     # Every factor but the batch must be replicated, listed in order of first appearance.
     factors = list(dict.fromkeys(rule.replace(",", " ").replace("->", " ").split()))
-    return rule, dict(reduction_factors=("n",), need_replication_factors=tuple(f for f in factors if f != "n"))
+    return rule, dict(
+        reduction_factors=("n",), need_replication_factors=tuple(f for f in factors if f != "n")
+    )
 
 
 _partitioned.def_partition(
@@ -98,3 +100,33 @@ def filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     """dW (... x K x FH x FW x C, float32) of X (... x N x H x W x C) and dY (... x N x OH x OW x K), both in the
     storage type of layer.path, with layer.stack leading axes of stacked problems."""
     return _partitioned(x, dy, layer)
+
+
+def _full_or_shared(a: jax.Array, stacked: tuple[int, ...]) -> jax.Array:
+    """The FFI call takes stacked operands whole or shared (all leading axes 1); anything between is copied."""
+    lead = a.shape[: len(stacked)]
+    if lead == stacked or all(d == 1 for d in lead):
+        return a
+    return jax.numpy.broadcast_to(a, (*stacked, *a.shape[len(stacked) :]))
+
+
+def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int = 0) -> jax.Array:
+    """dW (... x K x [FD x] FH x FW x C, float32) of a planned layer from X (... x N x [D x] H x W x C) and dY
+    (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
+
+    A 3D layer (paper section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the
+    input's depth slices fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is
+    shared by the taps; the depth-shifted views of X are copies."""
+    layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
+    if not plan.depth[2]:
+        return filter_grad(x, dy, layer)
+    _, out_depth, taps = plan.depth
+    lead = [(0, 0)] * (stack + 1)
+    x = jax.numpy.pad(x, [*lead, plan.depth_pads, (0, 0), (0, 0), (0, 0)])
+    views = jax.numpy.stack([x[..., fd : fd + out_depth, :, :, :] for fd in range(taps)], axis=stack)
+    views = views.reshape(*views.shape[: stack + 1], -1, *views.shape[-3:])
+    dy = jax.numpy.expand_dims(dy.reshape(*dy.shape[:stack], -1, *dy.shape[-3:]), stack)
+    stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))
+    dw = filter_grad(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), dataclasses.replace(
+        layer, stack=stack + 1))  # fmt: skip
+    return jax.numpy.moveaxis(dw, stack, stack + 1)  # ... x K x FD x FH x FW x C

@@ -238,18 +238,17 @@ def _winrs_filter_grad(
     lead = tuple(range(stack))
 
     def canonical(a: jax.Array, batch: int, feature: int, spatial: tuple[int, ...]) -> jax.Array:
-        """... x N x H x W x C; a 1D operand gets a unit height axis."""
+        """... x N x [D x] H x W x C; a 1D operand gets a unit height axis."""
         a = a.transpose((*lead, *(stack + d for d in (batch, *spatial, feature))))
         return jax.numpy.expand_dims(a, stack + 1) if len(spatial) == 1 else a
 
-    layer = _partition.Layer(
-        plan.filter_hw, plan.pads, plan.path, plan.reference, options or PlannerOptions(), stack
-    )
     # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
-    dw = _partition.filter_grad(
+    dw = _partition.run_plan(
         canonical(x, dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:]),
         canonical(dy, dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:]).astype(x.dtype),
-        layer,
+        plan,
+        options or PlannerOptions(),
+        stack,
     )
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
         dw = dw.squeeze(stack + 1)

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from winrs_jax import _ffi
-from winrs_jax.planner import Plan
+from winrs_jax import _partition
+from winrs_jax.planner import Plan, PlannerOptions
 
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
@@ -169,28 +169,31 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 
 
 def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> jax.Array:
-    """XLA's filter gradient (O x FH x FW x I, float32) of a planned layer in the kernels' layout."""
-    w = jnp.zeros(plan.filter_shape_ohwi, x.dtype)
+    """XLA's filter gradient (K x [FD x] FH x FW x C, float32) of a planned layer in the canonical layouts."""
+    _, _, dw_shape = plan.canonical_shapes()
     top, bottom, left, right = plan.pads
+    pads = [(top, bottom), (left, right)]
     dn = ("NHWC", "OHWI", "NHWC")
+    if plan.depth[2]:
+        pads, dn = [plan.depth_pads, *pads], ("NDHWC", "ODHWI", "NDHWC")
 
     def forward(w: jax.Array) -> jax.Array:
-        return lax.conv_general_dilated(x, w, (1, 1), ((top, bottom), (left, right)), dimension_numbers=dn,
-                                        precision=precision)  # fmt: skip
+        return lax.conv_general_dilated(
+            x, w, (1,) * len(pads), pads, dimension_numbers=dn, precision=precision
+        )
 
-    return jax.vjp(forward, w)[1](dy)[0].astype(jnp.float32)
+    return jax.vjp(forward, jnp.zeros(dw_shape, x.dtype))[1](dy)[0].astype(jnp.float32)
 
 
 def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
     rng = np.random.default_rng(0)
-    out_h, out_w = plan.out_grad_hw
-    x = jnp.asarray(rng.random((plan.batch, *plan.input_hw, plan.channels[0]), dtype=np.float32), dtype)
-    dy = jnp.asarray(rng.random((plan.batch, out_h, out_w, plan.channels[1]), dtype=np.float32), dtype)
+    x_shape, dy_shape, _ = plan.canonical_shapes()
+    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), dtype)
+    dy = jnp.asarray(rng.random(dy_shape, dtype=np.float32), dtype)
 
     def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return _ffi.backward_filter_call(
-            x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, plan.ffi_attributes()
-        )
+        return _partition.run_plan(x, dy, plan, PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments,
+                                   kernels=None if plan.forced_kernels[0] < 0 else plan.forced_kernels))  # fmt: skip
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         return xla_filter_grad(x, dy, plan, precision)
@@ -233,7 +236,8 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             device=device.device_kind, platform=device.platform, winrs_jax=__version__, jax=jax.__version__,
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
-            sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels,
+            sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
+            depth_pads=plan.depth_pads,
         ),
         sort_keys=True,
     )  # fmt: skip
@@ -259,6 +263,7 @@ def _layer_text(plan: Plan) -> str:
     return (
         f"N={plan.batch} {plan.input_hw[0]}x{plan.input_hw[1]}x{plan.channels[0]} -> {plan.channels[1]}, "
         f"filter {plan.filter_hw[0]}x{plan.filter_hw[1]}, {plan.path}"
+        + (f", 3D (depth, output depth, filter depth) {plan.depth}" if plan.depth[2] else "")
     )
 
 

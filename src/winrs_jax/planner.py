@@ -129,6 +129,10 @@ class Plan:
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
+    # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth) and the depth padding.
+    # Each filter depth tap is the 2D problem above over batch N x output depth; the taps run stacked.
+    depth: tuple[int, int, int] = (0, 0, 0)
+    depth_pads: tuple[int, int] = (0, 0)
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
@@ -143,7 +147,21 @@ class Plan:
 
     @property
     def workspace_bytes(self) -> int:
-        return 4 * self.workspace_elems
+        return 4 * self.workspace_elems * self.depth_taps
+
+    @property
+    def depth_taps(self) -> int:
+        """Stacked 2D problems of the layer: the filter depth of a 3D layer, else 1."""
+        return self.depth[2] or 1
+
+    def canonical_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """X, dY and dW of the layer in the canonical layouts N[D]HWC, N[D]HWK and K[D]HWC."""
+        (h, w), (oh, ow), (fh, fw), (c, k) = self.input_hw, self.out_grad_hw, self.filter_hw, self.channels
+        if not self.depth[2]:
+            return (self.batch, h, w, c), (self.batch, oh, ow, k), (k, fh, fw, c)
+        d, od, fd = self.depth
+        n = self.batch // od
+        return (n, d, h, w, c), (n, od, oh, ow, k), (k, fd, fh, fw, c)
 
     @property
     def filter_shape_ohwi(self) -> tuple[int, int, int, int]:
@@ -162,11 +180,20 @@ class Plan:
         if not self.supported:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
         kernels = self.kernels
+        depth = []
+        if self.depth[2]:
+            d, od, fd = self.depth
+            depth = [
+                f"  3D layer   depth {d} -> {od}, filter depth {fd}, depth pads {self.depth_pads}: each of the {fd} "
+                f"filter depth taps is the 2D problem below over N x output depth = {self.batch} images, "
+                "all in one launch (paper section 3, Level 2)"
+            ]
         lines = [
             "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",
+            *depth,
             f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}; kernels as accurate as XLA's "
             f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference]:.1e})",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
@@ -176,6 +203,14 @@ class Plan:
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
             f"  workspace  {self.workspace_bytes} bytes ({self.buckets} buckets of |dW| float32, the first is dW; "
             "residual segments add into their row's first bucket)",
+            *(
+                [
+                    f"  copies     {self.depth_taps} depth-shifted views of X ({self.depth_taps} x N x output depth "
+                    "images), made by XLA before the call"
+                ]
+                if self.depth[2]
+                else []
+            ),
         ]
         return "\n".join(lines)
 
@@ -258,8 +293,8 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
     if any(d != 1 for d in spec.rhs_dilation):
         return f"rhs dilation {spec.rhs_dilation} (dilated filter)"
-    if len(spec.window_strides) not in (1, 2):
-        return f"{len(spec.window_strides)}D convolution: WinRS handles 1D and 2D"
+    if len(spec.window_strides) not in (1, 2, 3):
+        return f"{len(spec.window_strides)}D convolution: WinRS handles 1D, 2D and 3D"
     return ""
 
 
@@ -286,8 +321,13 @@ def make_plan(
     in_hw = [lhs_shape[d] for d in dn.lhs_spec[2:]]
     filter_hw = [rhs_shape[d] for d in dn.rhs_spec[2:]]
     pads = list(spec.padding)
+    depth, depth_pads = (0, 0, 0), (0, 0)
     if rank == 1:  # a 1D convolution is a 2D one of height 1
         in_hw, filter_hw, pads = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads]
+    elif rank == 3:  # each filter depth tap is a 2D problem over batch x output depth (Level 2)
+        (d, *in_hw), (fd, *filter_hw), (depth_pads, *pads) = in_hw, filter_hw, pads
+        depth = (d, d + depth_pads[0] + depth_pads[1] - fd + 1, fd)
+        batch *= depth[1]
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
     plans = [
         plan_canonical(
@@ -304,7 +344,11 @@ def make_plan(
         for path in paths
     ]
     supported = [p for p in plans if p.supported]
-    return min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
+    best = min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
+    if not best.supported:
+        return best
+    seconds = best.predicted_seconds * max(depth[2], 1)
+    return dataclasses.replace(best, depth=depth, depth_pads=tuple(depth_pads), predicted_seconds=seconds)
 
 
 @functools.lru_cache(maxsize=4096)
