@@ -18,10 +18,11 @@ def main() -> None:
     shape = Shape.parse(sys.argv[1])
     dtype, precision = DTYPES[sys.argv[2] if len(sys.argv) > 2 else "bf16"]
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((shape.n, shape.h, shape.w, shape.cin), dtype=np.float32), dtype)
-    dy = jnp.asarray(rng.random((shape.n, *shape.out_hw, shape.cout), dtype=np.float32), dtype)
-    w = jax.ShapeDtypeStruct((shape.fh, shape.fw, shape.cin, shape.cout), dtype)
-    kwargs = dict(window_strides=(1, 1), padding=shape.padding, dimension_numbers=DN, precision=precision)
+    x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
+    dy = jnp.asarray(rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
+    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
+    kwargs = dict(window_strides=(1,) * shape.rank, padding=shape.padding, dimension_numbers=DN[shape.rank],
+                  precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
     fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
     print(winrs_jax.plan(x, w, **kwargs, options=options))

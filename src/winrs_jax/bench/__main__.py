@@ -96,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m winrs_jax.bench", description=__doc__)
     parser.add_argument("--suite", action="append", choices=[*SUITES, "none"],
                         help="built-in layers, repeatable (default: paper and real on a GPU, else small)")  # fmt: skip
-    parser.add_argument(
-        "--shape", action="append", default=[], help="extra layer N:H:C:r or N:H:W:CIN:COUT:FH:FW"
-    )
+    parser.add_argument("--shape", action="append", default=[],
+                        help="extra layer N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW")  # fmt: skip
     parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: all four")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=10)

@@ -4,6 +4,7 @@ where PyTorch is importable with a GPU, cuDNN's through PyTorch, on the same inp
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -16,14 +17,15 @@ from jax import lax
 
 import winrs_jax
 
-DN = ("NHWC", "HWIO", "NHWC")
+DN = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
 WINRS = winrs_jax.PlannerOptions(mode="winrs")
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
     """One layer: batch, input height x width, input -> output channels, filter height x width; stride 1,
-    padding (FH // 2, FW // 2). A 1D layer has height 1 and filter height 1."""
+    padding (FH // 2, FW // 2). A 1D layer has height 1 and filter height 1; a 3D layer has an input depth d
+    and a filter depth fd (padding fd // 2)."""
 
     n: int
     h: int
@@ -33,6 +35,24 @@ class Shape:
     fh: int
     fw: int
     name: str = ""
+    d: int = 1
+    fd: int = 1
+
+    @classmethod
+    def cube(cls, n: int, dhw: tuple[int, int, int], cin: int, cout: int, r: int, name: str = "") -> Shape:
+        return cls(n, dhw[1], dhw[2], cin, cout, r, r, name, dhw[0], r)
+
+    @property
+    def rank(self) -> int:
+        return 3 if self.d > 1 or self.fd > 1 else 2
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return (self.d, self.h, self.w) if self.rank == 3 else (self.h, self.w)
+
+    @property
+    def filter(self) -> tuple[int, ...]:
+        return (self.fd, self.fh, self.fw) if self.rank == 3 else (self.fh, self.fw)
 
     @classmethod
     def square(cls, n: int, h: int, c: int, r: int, name: str = "") -> Shape:
@@ -44,18 +64,26 @@ class Shape:
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """N:H:C:r (square, C in = C out) or N:H:W:CIN:COUT:FH:FW."""
+        """N:H:C:r (square, C in = C out), N:H:W:CIN:COUT:FH:FW, or N:D:H:W:CIN:COUT:FD:FH:FW (3D)."""
+        forms = "N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW"
         try:
             values = [int(v) for v in text.split(":")]
         except ValueError as e:
-            raise ValueError(f"shape must be N:H:C:r or N:H:W:CIN:COUT:FH:FW, got {text!r}") from e
+            raise ValueError(f"shape must be {forms}, got {text!r}") from e
         if len(values) == 4:
             return cls.square(*values)
         if len(values) == 7:
             return cls(*values)
-        raise ValueError(f"shape must be N:H:C:r or N:H:W:CIN:COUT:FH:FW, got {text!r}")
+        if len(values) == 9:
+            n, d, h, w, cin, cout, fd, fh, fw = values
+            return cls(n, h, w, cin, cout, fh, fw, "", d, fd)
+        raise ValueError(f"shape must be {forms}, got {text!r}")
 
     def __str__(self) -> str:
+        if self.rank == 3:
+            dhw = f"{self.d}^3" if self.d == self.h == self.w else f"{self.d}x{self.h}x{self.w}"
+            ch = f"{self.cin}" if self.cin == self.cout else f"{self.cin}->{self.cout}"
+            return f"{self.fd}x{self.fh}x{self.fw} {self.n}:{dhw}:{ch}"
         if self.h == 1 and self.fh == 1:
             return f"1D k={self.fw} {self.n}:{self.w}:{self.cin}->{self.cout}"
         hw = f"{self.h}" if self.h == self.w else f"{self.h}x{self.w}"
@@ -63,17 +91,16 @@ class Shape:
         return f"{self.fh}x{self.fw} {self.n}:{hw}:{ch}"
 
     @property
-    def padding(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        return ((self.fh // 2, self.fh // 2), (self.fw // 2, self.fw // 2))
+    def padding(self) -> tuple[tuple[int, int], ...]:
+        return tuple((f // 2, f // 2) for f in self.filter)
 
     @property
-    def out_hw(self) -> tuple[int, int]:
-        return (self.h + 2 * (self.fh // 2) - self.fh + 1, self.w + 2 * (self.fw // 2) - self.fw + 1)
+    def out_spatial(self) -> tuple[int, ...]:
+        return tuple(size + 2 * (f // 2) - f + 1 for size, f in zip(self.spatial, self.filter, strict=True))
 
     @property
     def flops(self) -> float:
-        oh, ow = self.out_hw
-        return 2.0 * self.n * oh * ow * self.cout * self.fh * self.fw * self.cin
+        return 2.0 * self.n * math.prod(self.out_spatial) * self.cout * math.prod(self.filter) * self.cin
 
 
 # The baselines' paper suite (comparable FLOPs per filter size).
@@ -117,7 +144,17 @@ SMALL_SUITE = [
     Shape.square(8, 32, 32, 2),
 ]
 
-SUITES = {"paper": PAPER_SUITE, "real": REAL_SUITE, "small": SMALL_SUITE}
+# 3D layers (issue 9): volumes of 3D U-Nets and medical segmentation, video, 3x3x3 and 5x5x5.
+SUITE_3D = [
+    Shape.cube(1, (64, 64, 64), 32, 64, 3, "3D, 64^3 volume"),
+    Shape.cube(4, (32, 32, 32), 64, 64, 3, "3D U-Net level"),
+    Shape.cube(8, (16, 56, 56), 64, 64, 3, "video (C3D-style)"),
+    Shape.cube(2, (96, 96, 96), 16, 16, 3, "medical, 96^3 volume"),
+    Shape.cube(2, (32, 32, 32), 32, 32, 5, "5x5x5, 32^3"),
+    Shape.cube(16, (8, 28, 28), 128, 128, 3, "video, deep level"),
+]
+
+SUITES = {"paper": PAPER_SUITE, "real": REAL_SUITE, "3d": SUITE_3D, "small": SMALL_SUITE}
 
 DTYPES: dict[str, tuple[Any, Any]] = {
     "f32_highest": (jnp.float32, lax.Precision.HIGHEST),
@@ -209,17 +246,22 @@ def _torch_case(
               "f16": torch.float16}  # fmt: skip
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = dtype_name == "f32_default"
-    cl = torch.channels_last
+    rank = shape.rank
+    cl = torch.channels_last if rank == 2 else torch.channels_last_3d
+    to_torch = (0, rank + 1, *range(1, rank + 1))  # N[D]HWC -> NC[D]HW
 
-    def tensor(a: np.ndarray, dtype: Any) -> Any:  # NHWC array -> NCHW tensor in channels-last memory
-        return torch.from_numpy(a).to("cuda").permute(0, 3, 1, 2).to(dtype).contiguous(memory_format=cl)
+    def tensor(
+        a: np.ndarray, dtype: Any
+    ) -> Any:  # channels-last array -> NC... tensor in channels-last memory
+        return torch.from_numpy(a).to("cuda").permute(*to_torch).to(dtype).contiguous(memory_format=cl)
 
     def backward_filter(tx: Any, tdy: Any, dtype: Any) -> Any:
-        w = torch.zeros((shape.cout, shape.cin, shape.fh, shape.fw), device="cuda", dtype=dtype)
+        w = torch.zeros((shape.cout, shape.cin, *shape.filter), device="cuda", dtype=dtype)
         w = w.contiguous(memory_format=cl)
-        pads = (shape.fh // 2, shape.fw // 2)
+        pads = tuple(f // 2 for f in shape.filter)
+        ones, zeros = (1,) * rank, (0,) * rank
         return lambda: torch.ops.aten.convolution_backward(
-            tdy, tx, w, None, (1, 1), pads, (1, 1), False, (0, 0), 1, (False, True, False)
+            tdy, tx, w, None, ones, pads, ones, False, zeros, 1, (False, True, False)
         )[1]
 
     fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
@@ -235,7 +277,8 @@ def _torch_case(
         end.synchronize()
         samples.append(start.elapsed_time(end) / calls)
     reference = backward_filter(tensor(x, torch.float64), tensor(dy, torch.float64), torch.float64)()
-    return statistics.median(samples), reference.permute(0, 2, 3, 1).cpu().numpy()  # -> O x FH x FW x I
+    # O x I x spatial -> O x spatial x I
+    return statistics.median(samples), reference.permute(0, *range(2, rank + 2), 1).cpu().numpy()
 
 
 def _mare(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -248,12 +291,12 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     [0, 1), dY scaled by 1e-2 for float16."""
     dtype, precision = DTYPES[dtype_name]
     rng = np.random.default_rng(0)
-    oh, ow = shape.out_hw
-    x = jnp.asarray(rng.random((shape.n, shape.h, shape.w, shape.cin), dtype=np.float32), dtype)
-    w = jax.ShapeDtypeStruct((shape.fh, shape.fw, shape.cin, shape.cout), dtype)
+    x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
+    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
-    dy = jnp.asarray(scale * rng.random((shape.n, oh, ow, shape.cout), dtype=np.float32), dtype)
-    kwargs = dict(window_strides=(1, 1), padding=shape.padding, dimension_numbers=DN, precision=precision)
+    dy = jnp.asarray(scale * rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
+    kwargs = dict(window_strides=(1,) * shape.rank, padding=shape.padding, dimension_numbers=DN[shape.rank],
+                  precision=precision)  # fmt: skip
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         zeros = jnp.zeros(w.shape, w.dtype)
@@ -270,7 +313,7 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     if _torch() is not None:
         x64, dy64 = np.asarray(x.astype(jnp.float32)), np.asarray(dy.astype(jnp.float32))
         torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
-        reference = reference.transpose(1, 2, 3, 0)  # O x FH x FW x I -> HWIO
+        reference = np.moveaxis(reference, 0, -1)  # O x spatial x I -> spatial x I x O
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
     plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
     auto = winrs_jax.plan(x, w, **kwargs, options=winrs_jax.PlannerOptions(mode="auto"))
