@@ -56,8 +56,10 @@ def test_inputs_lax_accepts_run_on_lax(lhs_shape, rhs_shape, dtype, padding, rea
     """What lax.conv_general_dilated accepts and WinRS's path does not take runs on lax, gradients included; the
     plan says why."""
     rng = np.random.default_rng(0)
-    lhs = jnp.asarray(rng.integers(-3, 4, lhs_shape), dtype)
-    rhs = jnp.asarray(rng.integers(-3, 4, rhs_shape), dtype)
+    # XLA's GPU backend has no int32 convolution (cuDNN takes int8 only): lax runs integers on the CPU.
+    device = jax.devices("cpu")[0] if jnp.issubdtype(dtype, jnp.integer) else None
+    lhs = jax.device_put(jnp.asarray(rng.integers(-3, 4, lhs_shape), dtype), device)
+    rhs = jax.device_put(jnp.asarray(rng.integers(-3, 4, rhs_shape), dtype), device)
     args = dict(window_strides=(1, 1), padding=padding, dimension_numbers=NHWC)
     ours = winrs_jax.conv(lhs, rhs, **args)
     np.testing.assert_array_equal(ours, jax.lax.conv_general_dilated(lhs, rhs, **args))

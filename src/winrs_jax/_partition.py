@@ -96,10 +96,34 @@ _partitioned.def_partition(
 )
 
 
+def _explicit_batch_axes(x: jax.Array, stack: int) -> tuple[Any, Any]:
+    """(mesh, axes) when X's batch axis is partitioned over explicit mesh axes (jax.make_mesh's default), else
+    (None, None)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    if not isinstance(sharding, NamedSharding) or len(sharding.spec) <= stack or sharding.spec[stack] is None:
+        return None, None
+    axes = sharding.spec[stack]
+    names = axes if isinstance(axes, tuple) else (axes,)
+    types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types, strict=True))
+    if not all(types[name] == jax.sharding.AxisType.Explicit for name in names):
+        return None, None
+    return sharding.mesh, axes
+
+
 def filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     """dW (... x K x FH x FW x C, float32) of X (... x N x H x W x C) and dY (... x N x OH x OW x K), both in the
     storage type of layer.path, with layer.stack leading axes of stacked problems."""
-    return _partitioned(x, dy, layer)
+    mesh, axes = _explicit_batch_axes(x, layer.stack)
+    if mesh is None:
+        return _partitioned(x, dy, layer)
+    # Explicit axes say where the batch lives at trace time: the same per-device plan and all-reduce, written
+    # as a shard_map (custom partitioning's all-reduce does not lower under explicit axes with jax 0.11).
+    spec = P(*([None] * layer.stack), axes)
+
+    def local(x: jax.Array, dy: jax.Array) -> jax.Array:
+        return lax.psum(_local_filter_grad(x, dy, layer), axes)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=P())(x, dy)
 
 
 def _full_or_shared(a: jax.Array, stacked: tuple[int, ...]) -> jax.Array:
