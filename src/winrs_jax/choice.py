@@ -157,32 +157,39 @@ DECISIONS = DecisionCache()
 
 
 def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
-    """Median time of fn after one warm-up (which also compiles), within about budget_s."""
+    """Median time of fn after one warm-up (which also compiles), within about budget_s. Each sample runs enough
+    calls back to back to cover about 2 ms, so that the host's dispatch and wait do not blur short kernels."""
     fn().block_until_ready()
+    start = time.perf_counter()
+    fn().block_until_ready()
+    calls = max(1, min(50, int(2e-3 / max(time.perf_counter() - start, 1e-6))))
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
         start = time.perf_counter()
+        for _ in range(calls - 1):
+            fn()
         fn().block_until_ready()
-        samples.append((time.perf_counter() - start) * 1e3)
+        samples.append((time.perf_counter() - start) / calls * 1e3)
     return statistics.median(samples)
 
 
 def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> jax.Array:
-    """XLA's filter gradient (K x [FD x] FH x FW x C, float32) of a planned layer in the canonical layouts."""
-    _, _, dw_shape = plan.canonical_shapes()
+    """XLA's filter gradient ([D x] H x W x C x K: the HWIO layout of Flax and Haiku) of a planned layer from X
+    and dY in N[D]HWC."""
+    _, _, (k, *window, c) = plan.canonical_shapes()
     top, bottom, left, right = plan.pads
     pads = [(top, bottom), (left, right)]
-    dn = ("NHWC", "OHWI", "NHWC")
+    dn = ("NHWC", "HWIO", "NHWC")
     if plan.depth[2]:
-        pads, dn = [plan.depth_pads, *pads], ("NDHWC", "ODHWI", "NDHWC")
+        pads, dn = [plan.depth_pads, *pads], ("NDHWC", "DHWIO", "NDHWC")
 
     def forward(w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(
             x, w, (1,) * len(pads), pads, dimension_numbers=dn, precision=precision
         )
 
-    return jax.vjp(forward, jnp.zeros(dw_shape, x.dtype))[1](dy)[0].astype(jnp.float32)
+    return jax.vjp(forward, jnp.zeros((*window, c, k), x.dtype))[1](dy)[0]
 
 
 def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
@@ -191,9 +198,11 @@ def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
     x = jnp.asarray(rng.random(x_shape, dtype=np.float32), dtype)
     dy = jnp.asarray(rng.random(dy_shape, dtype=np.float32), dtype)
 
-    def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return _partition.run_plan(x, dy, plan, PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments,
-                                   kernels=None if plan.forced_kernels[0] < 0 else plan.forced_kernels))  # fmt: skip
+    options = PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments,
+                             kernels=None if plan.forced_kernels[0] < 0 else plan.forced_kernels)  # fmt: skip
+
+    def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:  # as conv runs it: K x ... x C to HWIO, input dtype
+        return jnp.moveaxis(_partition.run_plan(x, dy, plan, options), 0, -1).astype(x.dtype)
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         return xla_filter_grad(x, dy, plan, precision)
