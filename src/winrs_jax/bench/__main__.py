@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 # JAX would otherwise take 75% of the GPU's memory at start and leave PyTorch's column none.
@@ -49,6 +50,7 @@ def _summary(results: list[tuple[str, Result]]) -> str:
         line += (
             f"{_geomean([r.speedup_auto for r in group]):.2f}x, min {min(r.speedup_auto for r in group):.2f}x"
         )
+        line += f"; first auto choice at most {max(r.choice_s for r in group):.2f} s"
         torch = [r.speedup_torch for r in group if r.speedup_torch is not None]
         if torch:
             line += f"; WinRS vs PyTorch/cuDNN geomean {_geomean(torch):.2f}x, min {min(torch):.2f}x"
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write one JSON object per result")
     parser.add_argument("--plot", type=Path, help="write a PNG of the speedups")
     args = parser.parse_args(argv)
+    # A fresh decision cache: the "auto" column and the first-choice times are this run's own measurements.
+    os.environ["WINRS_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="winrs-jax-bench-")
 
     suites = args.suite or (["paper", "real"] if jax.default_backend() == "gpu" else ["small"])
     cases = [(s, shape) for s in suites if s != "none" for shape in SUITES[s]]

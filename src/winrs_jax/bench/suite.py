@@ -179,6 +179,8 @@ class Result:
     path: str  # the WinRS arithmetic path, or "xla" when the plan fell back
     auto: str  # what the default mode "auto" runs for this layer after its own measurement: "winrs" or "xla"
     plan: str
+    choice_s: float = 0.0  # seconds the first auto plan of the layer took (measuring both), beyond the plan
+    cached_choice_ms: float = 0.0  # milliseconds the same auto plan took again (from the cache)
 
     @property
     def speedup(self) -> float:
@@ -205,7 +207,8 @@ class Result:
             speedup_torch=self.speedup_torch, xla_tflops=self.tflops(self.xla_ms),
             winrs_tflops=self.tflops(self.winrs_ms), xla_temp_bytes=self.xla_temp_bytes,
             winrs_workspace_bytes=self.winrs_workspace_bytes, winrs_mare=self.winrs_mare, xla_mare=self.xla_mare,
-            max_rel_diff=self.max_rel_diff, plan=self.plan,
+            max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
+            cached_choice_ms=self.cached_choice_ms,
         )  # fmt: skip
 
 
@@ -315,8 +318,16 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
         reference = np.moveaxis(reference, 0, -1)  # O x spatial x I -> spatial x I x O
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
+    start = time.perf_counter()
     plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
-    auto = winrs_jax.plan(x, w, **kwargs, options=winrs_jax.PlannerOptions(mode="auto"))
+    plan_s = time.perf_counter() - start
+    auto_options = winrs_jax.PlannerOptions(mode="auto")
+    start = time.perf_counter()
+    auto = winrs_jax.plan(x, w, **kwargs, options=auto_options)  # new layer: measures WinRS and XLA
+    choice_s = time.perf_counter() - start - plan_s
+    start = time.perf_counter()
+    winrs_jax.plan(x, w, **kwargs, options=auto_options)  # the cached decision
+    cached_choice_ms = (time.perf_counter() - start) * 1e3
     return Result(
         shape=shape,
         dtype=dtype_name,
@@ -331,4 +342,6 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         path=plan.path if plan.supported else "xla",
         auto="winrs" if auto.supported and auto.choice.startswith("WinRS") else "xla",
         plan=str(plan),
+        choice_s=choice_s,
+        cached_choice_ms=cached_choice_ms,
     )
