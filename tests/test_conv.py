@@ -103,12 +103,12 @@ def test_vmap_over_weights_too(rng):
 @pytest.mark.parametrize(
     "rhs_shape, kwargs",
     [
-        ((3, 3, 4, 4), dict(window_strides=(2, 2))),
+        ((2, 2, 4, 4), dict(window_strides=(2, 2))),  # every stride-1 piece is 1x1
         ((3, 3, 4, 4), dict(rhs_dilation=(2, 2))),
         ((3, 3, 2, 4), dict(feature_group_count=2)),
         ((3, 11, 4, 4), {}),
     ],
-    ids=["strided", "dilated", "grouped", "width11"],
+    ids=["strided-1x1-pieces", "dilated", "grouped", "width11"],
 )
 def test_unsupported_layers_fall_back_to_xla(rhs_shape, kwargs, rng):
     lhs, rhs = _operands(rng, (2, 12, 14, 4), rhs_shape)
@@ -232,6 +232,77 @@ def test_three_d_filter_gradient_matches_float64(rng, x_shape, filter_dhw, pads)
 def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):
     x, w = _operands(rng, (2, 3, 5, 6, 7, 4), (3, 2, 3, 4, 5))
     kwargs = dict(window_strides=(1, 1, 1), padding="SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    ours = jax.jit(jax.vmap(functools.partial(_grads, winrs_jax.conv, **kwargs), in_axes=(0, None)))(x, w)
+    theirs = jax.vmap(functools.partial(_grads, lax.conv_general_dilated, **kwargs), in_axes=(0, None))(x, w)
+    for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+
+
+def _reference_strided(x, dy, filter_hw, strides, pads):
+    """float64 filter gradient of a strided NHWC layer: K x FH x FW x C."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    xp = np.pad(x, ((0, 0), *pads, (0, 0)))
+    (sh, sw), (oh, ow) = strides, dy.shape[1:3]
+    dw = np.zeros((dy.shape[3], *filter_hw, x.shape[3]))
+    for a, b in np.ndindex(*filter_hw):
+        window = xp[:, a : a + sh * (oh - 1) + 1 : sh, b : b + sw * (ow - 1) + 1 : sw, :]
+        dw[:, a, b, :] = np.einsum("nhwk,nhwc->kc", dy, window)
+    return dw
+
+
+@pytest.mark.parametrize(
+    "x_shape, filter_hw, strides, padding",
+    [
+        ((2, 15, 17, 3), (7, 7), (2, 2), ((3, 3), (3, 3))),  # a ResNet stem
+        ((2, 14, 14, 4), (3, 3), (2, 2), ((1, 1), (1, 1))),  # downsampling 3x3: 1-wide pieces run on XLA
+        ((1, 13, 11, 2), (5, 4), (3, 2), ((2, 1), (0, 2))),
+        ((2, 16, 19, 3), (4, 6), (4, 3), ((1, 0), (2, 3))),
+        ((2, 9, 30, 3), (3, 9), (1, 2), ((1, 1), (0, 0))),
+    ],
+)
+def test_strided_filter_gradient_matches_float64(rng, x_shape, filter_hw, strides, padding):
+    """Strided layers run as stride-1 pieces (DWM's polyphase split) whose dW interleave, in NHWC and NCHW."""
+    k = 5
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(
+        x, jnp.zeros((*filter_hw, x_shape[3], k)), strides, padding, dimension_numbers=NHWC))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    expected = _reference_strided(x, dy, filter_hw, strides, padding)  # K x FH x FW x C
+    for lhs_layout, rhs_layout, lhs_perm, rhs_perm in (("NHWC", "HWIO", (0, 1, 2, 3), (1, 2, 3, 0)),
+                                                       ("NCHW", "OIHW", (0, 3, 1, 2), (0, 3, 1, 2))):  # fmt: skip
+        rhs_shape = tuple(np.array((k, *filter_hw, x_shape[3]))[list(rhs_perm)])
+        fn = jax.jit(
+            functools.partial(
+                winrs_jax.conv_backward_filter,
+                rhs_shape=rhs_shape,
+                window_strides=strides,
+                padding=padding,
+                dimension_numbers=(lhs_layout, rhs_layout, lhs_layout),
+            )
+        )
+        args = (jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm))
+        _assert_close(fn(*args), jnp.asarray(np.transpose(expected, rhs_perm), jnp.float32))
+        assert "winrs_backward_filter" in fn.lower(*args).as_text()
+
+
+def test_strided_plan_lists_its_pieces():
+    x = jax.ShapeDtypeStruct((8, 14, 14, 16), np.float32)
+    w = jax.ShapeDtypeStruct((3, 3, 16, 32), np.float32)
+    plan = winrs_jax.plan(x, w, (2, 2), ((1, 1), (1, 1)), dimension_numbers=NHWC)
+    assert plan.supported and plan.strides == (2, 2) and plan.out_grad_hw == (7, 7)
+    assert [(p.offset, p.plan.filter_hw, p.plan.supported) for p in plan.phases] == [
+        ((0, 0), (2, 2), True), ((0, 1), (2, 1), False), ((1, 0), (1, 2), True), ((1, 1), (1, 1), False)]  # fmt: skip
+    text = str(plan)
+    assert "4 stride-1 pieces" in text and "XLA (filter width 1" in text
+    # Every piece 1 wide: nothing for WinRS, and the plan says so.
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((2, 2, 16, 32), np.float32), (2, 2), "VALID",
+                          dimension_numbers=NHWC)  # fmt: skip
+    assert not plan.supported and "no stride-1 piece" in plan.reason
+
+
+def test_strided_one_d_and_vmap_match_lax(rng):
+    x, w = _operands(rng, (3, 2, 40, 4), (5, 4, 6))
+    kwargs = dict(window_strides=(3,), padding=((2, 1),), dimension_numbers=("NWC", "WIO", "NWC"))
     ours = jax.jit(jax.vmap(functools.partial(_grads, winrs_jax.conv, **kwargs), in_axes=(0, None)))(x, w)
     theirs = jax.vmap(functools.partial(_grads, lax.conv_general_dilated, **kwargs), in_axes=(0, None))(x, w)
     for a, b in zip(ours, theirs, strict=True):

@@ -142,6 +142,8 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     input's depth slices fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is
     shared by the taps; the depth-shifted views of X are copies."""
     layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
+    if plan.phases:
+        return _strided(x, dy, plan, options, stack)
     if not plan.depth[2]:
         return filter_grad(x, dy, layer)
     _, out_depth, taps = plan.depth
@@ -154,3 +156,50 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     dw = filter_grad(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), dataclasses.replace(
         layer, stack=stack + 1))  # fmt: skip
     return jax.numpy.moveaxis(dw, stack, stack + 1)  # ... x K x FD x FH x FW x C
+
+
+def _xla_piece(x: jax.Array, dy: jax.Array, plan: Plan, stack: int) -> jax.Array:
+    """XLA's filter gradient (... x K x FH x FW x C, float32) of a stride-1 unpadded piece WinRS has no kernels
+    for, at the precision of the arithmetic XLA would use for the layer."""
+    precision = lax.Precision.HIGHEST if plan.reference in ("fp32", "tf32x3") else lax.Precision.DEFAULT
+
+    def one(x: jax.Array, dy: jax.Array) -> jax.Array:
+        def forward(w: jax.Array) -> jax.Array:
+            return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "OHWI", "NHWC"),
+                                            precision=precision, preferred_element_type=jax.numpy.float32)  # fmt: skip
+
+        zeros = jax.numpy.zeros(plan.filter_shape_ohwi, x.dtype)
+        return jax.vjp(forward, zeros)[1](dy.astype(jax.numpy.float32))[0].astype(jax.numpy.float32)
+
+    stacked = tuple(np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]))
+    x = jax.numpy.broadcast_to(x, (*stacked, *x.shape[stack:]))
+    dy = jax.numpy.broadcast_to(dy, (*stacked, *dy.shape[stack:]))
+    for _ in range(stack):
+        one = jax.vmap(one)
+    return one(x, dy)
+
+
+def _strided(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
+    """A strided layer's dW from its stride-1 pieces (Plan.phases): piece (p, q) takes the filter taps
+    p::s_h, q::s_w and the padded input X[p::s_h, q::s_w]; every piece reads the same dY."""
+    (sh, sw), (fh, fw), (c, k) = plan.strides, plan.filter_hw, plan.channels
+    top, bottom, left, right = plan.pads
+    # Pad (or crop) so that every phase has the rows and columns its piece reads.
+    rows, cols = plan.out_grad_hw[0] * sh + fh, plan.out_grad_hw[1] * sw + fw
+    h, w = x.shape[-3:-1]
+    x = x[..., : min(h, rows - top), : min(w, cols - left), :]
+    lead = [(0, 0)] * (stack + 1)
+    x = jax.numpy.pad(x, [*lead, (top, max(0, rows - top - x.shape[-3])), (left, max(0, cols - left - x.shape[-2])),
+                          (0, 0)])  # fmt: skip
+    stacked = tuple(np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]))
+    dw = jax.numpy.zeros((*stacked, k, fh, fw, c), jax.numpy.float32)
+    for phase in plan.phases:
+        (p, q), piece = phase.offset, phase.plan
+        view = x[..., p::sh, q::sw, :][..., : piece.input_hw[0], : piece.input_hw[1], :]
+        if piece.supported:
+            layer = Layer(piece.filter_hw, piece.pads, piece.path, piece.reference, options, stack)
+            part = filter_grad(view, dy, layer)
+        else:
+            part = _xla_piece(view, dy, piece, stack)
+        dw = dw.at[..., p::sh, q::sw, :].set(part)
+    return dw

@@ -103,6 +103,15 @@ class PlannerOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class Phase:
+    """One stride-1 piece of a strided layer (DWM's polyphase split, ../shared/papers): the filter taps
+    offset::stride of each axis meet the input X[offset::stride] as a stride-1 problem with the same dY."""
+
+    offset: tuple[int, int]  # first filter tap of the piece in height and width
+    plan: Plan  # its stride-1 plan, padding already applied; unsupported ones run on XLA
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """How the filter gradient of one layer is computed. Print it to see the kernels, Z and the workspace."""
 
@@ -133,6 +142,9 @@ class Plan:
     # Each filter depth tap is the 2D problem above over batch N x output depth; the taps run stacked.
     depth: tuple[int, int, int] = (0, 0, 0)
     depth_pads: tuple[int, int] = (0, 0)
+    # A strided layer: its strides and its stride-1 pieces (the fields above then describe the whole layer).
+    strides: tuple[int, int] = (1, 1)
+    phases: tuple[Phase, ...] = ()
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
@@ -147,6 +159,8 @@ class Plan:
 
     @property
     def workspace_bytes(self) -> int:
+        if self.phases:
+            return max(phase.plan.workspace_bytes for phase in self.phases)
         return 4 * self.workspace_elems * self.depth_taps
 
     @property
@@ -179,6 +193,8 @@ class Plan:
     def __str__(self) -> str:
         if not self.supported:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
+        if self.phases:
+            return self._phases_text()
         kernels = self.kernels
         depth = []
         if self.depth[2]:
@@ -212,6 +228,30 @@ class Plan:
                 else []
             ),
         ]
+        return "\n".join(lines)
+
+    def _phases_text(self) -> str:
+        (sh, sw), (fh, fw) = self.strides, self.filter_hw
+        lines = [
+            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
+            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
+            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} filter {fh}x{fw} "
+            f"strides {self.strides} pads(t,b,l,r)={self.pads}",
+            f"  strided    {len(self.phases)} stride-1 pieces (DWM's polyphase split): the filter taps p::{sh}, "
+            f"q::{sw} meet X[p::{sh}, q::{sw}] (a copy of about |X| / {sh * sw} each) with the same dY; their "
+            "dW interleave",
+        ]
+        for phase in self.phases:
+            piece = phase.plan
+            head = f"  piece {phase.offset}: filter {piece.filter_hw[0]}x{piece.filter_hw[1]} on "
+            head += f"{piece.input_hw[0]}x{piece.input_hw[1]}: "
+            if not piece.supported:
+                lines.append(head + f"XLA ({piece.reason})")
+                continue
+            names = " + ".join(v.name for v in piece.kernels)
+            lines.append(
+                head + f"{names}, Z={piece.segments}, {piece.path}, workspace {piece.workspace_bytes} B"
+            )
         return "\n".join(lines)
 
 
@@ -287,8 +327,8 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
     if spec.feature_group_count != 1 or spec.batch_group_count != 1:
         return "grouped convolution (feature_group_count or batch_group_count > 1)"
-    if any(s != 1 for s in spec.window_strides):
-        return f"window strides {spec.window_strides}: WinRS needs stride 1"
+    if any(s != 1 for s in spec.window_strides) and len(spec.window_strides) == 3:
+        return f"window strides {spec.window_strides}: WinRS splits strides of 1D and 2D layers only"
     if any(d != 1 for d in spec.lhs_dilation):
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
     if any(d != 1 for d in spec.rhs_dilation):
@@ -322,13 +362,18 @@ def make_plan(
     filter_hw = [rhs_shape[d] for d in dn.rhs_spec[2:]]
     pads = list(spec.padding)
     depth, depth_pads = (0, 0, 0), (0, 0)
+    strides = list(spec.window_strides)
     if rank == 1:  # a 1D convolution is a 2D one of height 1
-        in_hw, filter_hw, pads = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads]
+        in_hw, filter_hw, pads, strides = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads], [1, *strides]
     elif rank == 3:  # each filter depth tap is a 2D problem over batch x output depth (Level 2)
         (d, *in_hw), (fd, *filter_hw), (depth_pads, *pads) = in_hw, filter_hw, pads
         depth = (d, d + depth_pads[0] + depth_pads[1] - fd + 1, fd)
         batch *= depth[1]
+        strides = strides[1:]  # all 1: _unsupported refuses strided 3D layers
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
+    if strides != [1, 1]:
+        return _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(strides), paths,
+                             reference, options)  # fmt: skip
     plans = [
         plan_canonical(
             batch,
@@ -349,6 +394,40 @@ def make_plan(
         return best
     seconds = best.predicted_seconds * max(depth[2], 1)
     return dataclasses.replace(best, depth=depth, depth_pads=tuple(depth_pads), predicted_seconds=seconds)
+
+
+def _strided_plan(
+    batch: int, in_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int], strides: tuple[int, int], paths: tuple[str, ...], reference: str,
+    options: PlannerOptions,
+) -> Plan:  # fmt: skip
+    """A strided layer as stride-1 pieces (DWM, ../shared/papers/dwm-decomposable-winograd-aaai20.md): the taps
+    a = p + s i of each axis meet the phase input X_p[j] = X_padded[s j + p] at j = oh + i."""
+    (sh, sw), (fh, fw) = strides, filter_hw
+    out_hw = ((in_hw[0] + pads[0] + pads[1] - fh) // sh + 1, (in_hw[1] + pads[2] + pads[3] - fw) // sw + 1)
+    phases = []
+    for p in range(min(sh, fh)):
+        for q in range(min(sw, fw)):
+            taps = (-(-(fh - p) // sh), -(-(fw - q) // sw))
+            sub_hw = (out_hw[0] + taps[0] - 1, out_hw[1] + taps[1] - 1)
+            plans = [plan_canonical(batch, sub_hw, in_c, out_c, taps, (0, 0, 0, 0), path, reference, options)
+                     for path in paths]  # fmt: skip
+            supported = [plan for plan in plans if plan.supported]
+            best = min(supported, key=lambda plan: plan.predicted_seconds) if supported else plans[0]
+            if not best.supported:  # keep the shapes for the printout and the XLA piece
+                best = dataclasses.replace(best, batch=batch, input_hw=sub_hw, out_grad_hw=out_hw, filter_hw=taps,
+                                           channels=(in_c, out_c))  # fmt: skip
+            phases.append(Phase((p, q), best))
+    runs = [phase.plan for phase in phases if phase.plan.supported]
+    if not runs:
+        return Plan(supported=False, reason=f"strides {strides}: no stride-1 piece has WinRS kernels "
+                                            f"({phases[0].plan.reason})")  # fmt: skip
+    return Plan(
+        supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
+        channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
+        forced_segments=runs[0].forced_segments, forced_kernels=runs[0].forced_kernels,
+        predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
