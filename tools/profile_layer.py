@@ -21,7 +21,7 @@ def main() -> None:
     x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
     dy = jnp.asarray(rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
     w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
-    kwargs = dict(window_strides=(1,) * shape.rank, padding=shape.padding, dimension_numbers=DN[shape.rank],
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, dimension_numbers=DN[shape.rank],
                   precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
     fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))

@@ -37,6 +37,7 @@ class Shape:
     name: str = ""
     d: int = 1
     fd: int = 1
+    stride: int = 1  # in every spatial axis
 
     @classmethod
     def cube(cls, n: int, dhw: tuple[int, int, int], cin: int, cout: int, r: int, name: str = "") -> Shape:
@@ -80,6 +81,8 @@ class Shape:
         raise ValueError(f"shape must be {forms}, got {text!r}")
 
     def __str__(self) -> str:
+        if self.stride > 1:
+            return f"{dataclasses.replace(self, stride=1)} s{self.stride}"
         if self.rank == 3:
             dhw = f"{self.d}^3" if self.d == self.h == self.w else f"{self.d}x{self.h}x{self.w}"
             ch = f"{self.cin}" if self.cin == self.cout else f"{self.cin}->{self.cout}"
@@ -95,8 +98,13 @@ class Shape:
         return tuple((f // 2, f // 2) for f in self.filter)
 
     @property
+    def strides(self) -> tuple[int, ...]:
+        return (1, self.stride) if self.h == 1 and self.fh == 1 else (self.stride,) * self.rank
+
+    @property
     def out_spatial(self) -> tuple[int, ...]:
-        return tuple(size + 2 * (f // 2) - f + 1 for size, f in zip(self.spatial, self.filter, strict=True))
+        return tuple((size + 2 * (f // 2) - f) // s + 1
+                     for size, f, s in zip(self.spatial, self.filter, self.strides, strict=True))  # fmt: skip
 
     @property
     def flops(self) -> float:
@@ -154,7 +162,24 @@ SUITE_3D = [
     Shape.cube(16, (8, 28, 28), 128, 128, 3, "video, deep level"),
 ]
 
-SUITES = {"paper": PAPER_SUITE, "real": REAL_SUITE, "3d": SUITE_3D, "small": SMALL_SUITE}
+# Strided layers (issue 9): ResNet-50's stem and downsampling 3x3 convolutions at batch 128, DCGAN's 4x4 stride 2,
+# a 1D strided audio front end.
+SUITE_STRIDED = [
+    dataclasses.replace(Shape(128, 224, 224, 3, 64, 7, 7, "ResNet stem 7x7 s2"), stride=2),
+    dataclasses.replace(Shape.square(128, 56, 128, 3, "ResNet-50 conv3_1 3x3 s2"), stride=2),
+    dataclasses.replace(Shape.square(128, 28, 256, 3, "ResNet-50 conv4_1 3x3 s2"), stride=2),
+    dataclasses.replace(Shape.square(128, 14, 512, 3, "ResNet-50 conv5_1 3x3 s2"), stride=2),
+    dataclasses.replace(Shape(64, 64, 64, 128, 256, 4, 4, "DCGAN 4x4 s2"), stride=2),
+    dataclasses.replace(Shape.conv1d(32, 16000, 256, 4, "audio conv1d k=4 s2"), stride=2),
+]
+
+SUITES = {
+    "paper": PAPER_SUITE,
+    "real": REAL_SUITE,
+    "3d": SUITE_3D,
+    "strided": SUITE_STRIDED,
+    "small": SMALL_SUITE,
+}
 
 DTYPES: dict[str, tuple[Any, Any]] = {
     "f32_highest": (jnp.float32, lax.Precision.HIGHEST),
@@ -264,7 +289,7 @@ def _torch_case(
         pads = tuple(f // 2 for f in shape.filter)
         ones, zeros = (1,) * rank, (0,) * rank
         return lambda: torch.ops.aten.convolution_backward(
-            tdy, tx, w, None, ones, pads, ones, False, zeros, 1, (False, True, False)
+            tdy, tx, w, None, shape.strides, pads, ones, False, zeros, 1, (False, True, False)
         )[1]
 
     fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
@@ -298,7 +323,7 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
     dy = jnp.asarray(scale * rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
-    kwargs = dict(window_strides=(1,) * shape.rank, padding=shape.padding, dimension_numbers=DN[shape.rank],
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, dimension_numbers=DN[shape.rank],
                   precision=precision)  # fmt: skip
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
