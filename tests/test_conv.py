@@ -104,11 +104,11 @@ def test_vmap_over_weights_too(rng):
     "rhs_shape, kwargs",
     [
         ((2, 2, 4, 4), dict(window_strides=(2, 2))),  # every stride-1 piece is 1x1
-        ((3, 3, 4, 4), dict(rhs_dilation=(2, 2))),
+        ((3, 3, 4, 4), dict(rhs_dilation=(2, 2), window_strides=(2, 2))),
         ((3, 3, 2, 4), dict(feature_group_count=2)),
         ((3, 11, 4, 4), {}),
     ],
-    ids=["strided-1x1-pieces", "dilated", "grouped", "width11"],
+    ids=["strided-1x1-pieces", "dilated-and-strided", "grouped", "width11"],
 )
 def test_unsupported_layers_fall_back_to_xla(rhs_shape, kwargs, rng):
     lhs, rhs = _operands(rng, (2, 12, 14, 4), rhs_shape)
@@ -238,14 +238,16 @@ def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):
         _assert_close(a, b)
 
 
-def _reference_strided(x, dy, filter_hw, strides, pads):
-    """float64 filter gradient of a strided NHWC layer: K x FH x FW x C."""
+def _reference_strided(x, dy, filter_hw, strides, pads, dilation=(1, 1)):
+    """float64 filter gradient of a strided or dilated NHWC layer: K x FH x FW x C."""
     x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
     xp = np.pad(x, ((0, 0), *pads, (0, 0)))
-    (sh, sw), (oh, ow) = strides, dy.shape[1:3]
+    (sh, sw), (dh, dw_), (oh, ow) = strides, dilation, dy.shape[1:3]
     dw = np.zeros((dy.shape[3], *filter_hw, x.shape[3]))
     for a, b in np.ndindex(*filter_hw):
-        window = xp[:, a : a + sh * (oh - 1) + 1 : sh, b : b + sw * (ow - 1) + 1 : sw, :]
+        window = xp[
+            :, a * dh : a * dh + sh * (oh - 1) + 1 : sh, b * dw_ : b * dw_ + sw * (ow - 1) + 1 : sw, :
+        ]
         dw[:, a, b, :] = np.einsum("nhwk,nhwc->kc", dy, window)
     return dw
 
@@ -306,4 +308,42 @@ def test_strided_one_d_and_vmap_match_lax(rng):
     ours = jax.jit(jax.vmap(functools.partial(_grads, winrs_jax.conv, **kwargs), in_axes=(0, None)))(x, w)
     theirs = jax.vmap(functools.partial(_grads, lax.conv_general_dilated, **kwargs), in_axes=(0, None))(x, w)
     for a, b in zip(ours, theirs, strict=True):
+        _assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    "x_shape, filter_hw, dilation, padding",
+    [
+        ((2, 15, 17, 3), (3, 3), (2, 2), ((2, 2), (2, 2))),  # DeepLab-style atrous 3x3
+        ((2, 14, 13, 3), (3, 3), (3, 2), ((3, 3), (2, 2))),
+        ((1, 13, 11, 2), (2, 4), (2, 3), ((1, 0), (0, 2))),
+        ((2, 20, 21, 3), (3, 3), (4, 4), ((0, 0), (0, 0))),
+    ],
+)
+def test_dilated_filter_gradient_matches_float64(rng, x_shape, filter_hw, dilation, padding):
+    """Dilated layers run as dh x dw stacked stride-1 problems (one per output phase) whose dW sum."""
+    k = 4
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    kwargs = dict(window_strides=(1, 1), padding=padding, rhs_dilation=dilation, dimension_numbers=NHWC)
+    out = jax.eval_shape(
+        lambda: lax.conv_general_dilated(x, jnp.zeros((*filter_hw, x_shape[3], k)), **kwargs)
+    )
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    expected = _reference_strided(x, dy, filter_hw, (1, 1), padding, dilation)
+    fn = jax.jit(
+        functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(*filter_hw, x_shape[3], k), **kwargs)
+    )
+    _assert_close(fn(x, dy), jnp.asarray(np.transpose(expected, (1, 2, 3, 0)), jnp.float32))
+    assert "winrs_backward_filter" in fn.lower(x, dy).as_text()
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((*filter_hw, x_shape[3], k), jnp.float32), **kwargs)
+    assert plan.dilation == dilation and f"{dilation[0] * dilation[1]} stacked stride-1 problems" in str(plan)
+
+
+def test_dilated_one_d_matches_lax(rng):
+    x, w = _operands(rng, (2, 50, 4), (3, 4, 6))
+    kwargs = dict(
+        window_strides=(1,), padding="SAME", rhs_dilation=(4,), dimension_numbers=("NWC", "WIO", "NWC")
+    )
+    for a, b in zip(_grads(winrs_jax.conv, x, w, **kwargs), _grads(lax.conv_general_dilated, x, w, **kwargs),
+                    strict=True):  # fmt: skip
         _assert_close(a, b)

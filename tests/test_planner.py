@@ -125,7 +125,10 @@ def test_forced_kernels():
         (dict(fw=11), "filter width 11 has no divisor in 2..9"),
         (dict(fw=1), "filter width 1 has no divisor in 2..9"),
         (dict(window_strides=(3, 3)), "no stride-1 piece has WinRS kernels"),  # every piece 1x1
-        (dict(rhs_dilation=(2, 2)), "rhs dilation"),
+        (
+            dict(rhs_dilation=(2, 2), window_strides=(2, 2)),
+            "rhs dilation (2, 2) (dilated filter) with strides",
+        ),
         (dict(lhs_dilation=(2, 1)), "lhs dilation"),
         (dict(feature_group_count=2), "grouped convolution"),
         (dict(dtype=np.float64), "float32, bfloat16 and float16 kernels"),

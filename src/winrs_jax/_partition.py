@@ -142,6 +142,8 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     input's depth slices fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is
     shared by the taps; the depth-shifted views of X are copies."""
     layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
+    if plan.dilation != (1, 1):
+        return _dilated(x, dy, plan, options, stack)
     if plan.phases:
         return _strided(x, dy, plan, options, stack)
     if not plan.depth[2]:
@@ -203,3 +205,31 @@ def _strided(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
             part = _xla_piece(view, dy, piece, stack)
         dw = dw.at[..., p::sh, q::sw, :].set(part)
     return dw
+
+
+def _dilated(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
+    """A dilated layer's dW (Plan.dilation): output phase (r, c) takes dY[r::dh, c::dw] and X_padded[r::dh, c::dw]
+    with the undilated filter; the dh x dw phases run stacked (padded with zeros to one shape) and their dW sum."""
+    (dh, dw), piece = plan.dilation, plan.phases[0].plan
+    (rows, cols), (sub_h, sub_w) = piece.out_grad_hw, piece.input_hw
+    top, bottom, left, right = plan.pads
+    lead = [(0, 0)] * (stack + 1)
+    # Padded X and dY, extended with zeros so that every phase has the full rows and columns.
+    height, width = dh * sub_h, dw * sub_w
+    x = x[..., : height - top, : width - left, :]
+    x = jax.numpy.pad(
+        x, [*lead, (top, height - top - x.shape[-3]), (left, width - left - x.shape[-2]), (0, 0)]
+    )
+    dy = jax.numpy.pad(dy, [*lead, (0, dh * rows - dy.shape[-3]), (0, dw * cols - dy.shape[-2]), (0, 0)])
+
+    # ... x N x (sub_h dh) x (sub_w dw) x C -> ... x (dh dw) x N x sub_h x sub_w x C, phase (r, c) at r dw + c
+    def phases(a: jax.Array, h: int, w: int) -> jax.Array:
+        a = a.reshape(*a.shape[:-3], h, dh, w, dw, a.shape[-1])
+        a = jax.numpy.moveaxis(a, (-4, -2), (stack, stack + 1))  # ... x dh x dw x N x h x w x C
+        return a.reshape(*a.shape[:stack], dh * dw, *a.shape[stack + 2 :])
+
+    stacked = tuple(np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]))
+    full = lambda a: jax.numpy.broadcast_to(a, (*stacked, *a.shape[stack:]))  # noqa: E731
+    layer = Layer(piece.filter_hw, piece.pads, piece.path, piece.reference, options, stack + 1)
+    dw_phases = filter_grad(phases(full(x), sub_h, sub_w), phases(full(dy), rows, cols), layer)
+    return dw_phases.sum(axis=stack)

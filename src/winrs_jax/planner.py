@@ -145,6 +145,9 @@ class Plan:
     # A strided layer: its strides and its stride-1 pieces (the fields above then describe the whole layer).
     strides: tuple[int, int] = (1, 1)
     phases: tuple[Phase, ...] = ()
+    # A dilated layer: its filter dilation; phases then holds the one stride-1 problem that all dh x dw output
+    # phases run, stacked.
+    dilation: tuple[int, int] = (1, 1)
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
@@ -160,7 +163,9 @@ class Plan:
     @property
     def workspace_bytes(self) -> int:
         if self.phases:
-            return max(phase.plan.workspace_bytes for phase in self.phases)
+            return (
+                max(phase.plan.workspace_bytes for phase in self.phases) * self.dilation[0] * self.dilation[1]
+            )
         return 4 * self.workspace_elems * self.depth_taps
 
     @property
@@ -231,6 +236,8 @@ class Plan:
         return "\n".join(lines)
 
     def _phases_text(self) -> str:
+        if self.dilation != (1, 1):
+            return self._dilation_text()
         (sh, sw), (fh, fw) = self.strides, self.filter_hw
         lines = [
             "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
@@ -253,6 +260,20 @@ class Plan:
                 head + f"{names}, Z={piece.segments}, {piece.path}, workspace {piece.workspace_bytes} B"
             )
         return "\n".join(lines)
+
+    def _dilation_text(self) -> str:
+        (dh, dw), piece = self.dilation, self.phases[0].plan
+        names = " + ".join(v.name for v in piece.kernels)
+        return "\n".join([
+            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
+            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
+            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} filter "
+            f"{self.filter_hw[0]}x{self.filter_hw[1]} dilation {self.dilation} pads(t,b,l,r)={self.pads}",
+            f"  dilated    {dh * dw} stacked stride-1 problems, one per output phase (rows r::{dh}, columns "
+            f"c::{dw} of dY, with X_padded[r::{dh}, c::{dw}]), each {piece.input_hw[0]}x{piece.input_hw[1]} with "
+            f"the undilated filter; their dW summed",
+            f"  kernels    {names}, Z={piece.segments}, {piece.path}, workspace {self.workspace_bytes} B",
+        ])  # fmt: skip
 
 
 def default_sm_count() -> int:
@@ -331,8 +352,10 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
         return f"window strides {spec.window_strides}: WinRS splits strides of 1D and 2D layers only"
     if any(d != 1 for d in spec.lhs_dilation):
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
-    if any(d != 1 for d in spec.rhs_dilation):
-        return f"rhs dilation {spec.rhs_dilation} (dilated filter)"
+    if any(d != 1 for d in spec.rhs_dilation) and (
+        len(spec.rhs_dilation) == 3 or any(s != 1 for s in spec.window_strides)
+    ):
+        return f"rhs dilation {spec.rhs_dilation} (dilated filter) with strides or in 3D"
     if len(spec.window_strides) not in (1, 2, 3):
         return f"{len(spec.window_strides)}D convolution: WinRS handles 1D, 2D and 3D"
     return ""
@@ -362,15 +385,19 @@ def make_plan(
     filter_hw = [rhs_shape[d] for d in dn.rhs_spec[2:]]
     pads = list(spec.padding)
     depth, depth_pads = (0, 0, 0), (0, 0)
-    strides = list(spec.window_strides)
+    strides, dilation = list(spec.window_strides), list(spec.rhs_dilation)
     if rank == 1:  # a 1D convolution is a 2D one of height 1
         in_hw, filter_hw, pads, strides = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads], [1, *strides]
+        dilation = [1, *dilation]
     elif rank == 3:  # each filter depth tap is a 2D problem over batch x output depth (Level 2)
         (d, *in_hw), (fd, *filter_hw), (depth_pads, *pads) = in_hw, filter_hw, pads
         depth = (d, d + depth_pads[0] + depth_pads[1] - fd + 1, fd)
         batch *= depth[1]
         strides = strides[1:]  # all 1: _unsupported refuses strided 3D layers
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
+    if rank != 3 and dilation != [1, 1]:
+        return _dilated_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(dilation), paths,
+                             reference, options)  # fmt: skip
     if strides != [1, 1]:
         return _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(strides), paths,
                              reference, options)  # fmt: skip
@@ -427,6 +454,32 @@ def _strided_plan(
         channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
         forced_segments=runs[0].forced_segments, forced_kernels=runs[0].forced_kernels,
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
+    )  # fmt: skip
+
+
+def _dilated_plan(
+    batch: int, in_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int], dilation: tuple[int, int], paths: tuple[str, ...], reference: str,
+    options: PlannerOptions,
+) -> Plan:  # fmt: skip
+    """A dilated layer as dh x dw stacked stride-1 problems with the undilated filter (the polyphase split on the
+    output): the dY rows oh = d m + r meet X_r[j] = X_padded[d j + r] at j = m + a. The phases' shapes differ by a
+    row or column at most; dY is padded with zeros to the largest so that all run stacked, their dW summed."""
+    (dh, dw), (fh, fw) = dilation, filter_hw
+    out_hw = (in_hw[0] + pads[0] + pads[1] - (fh - 1) * dh, in_hw[1] + pads[2] + pads[3] - (fw - 1) * dw)
+    rows, cols = -(-out_hw[0] // dh), -(-out_hw[1] // dw)
+    sub_hw = (rows + fh - 1, cols + fw - 1)
+    plans = [plan_canonical(batch, sub_hw, in_c, out_c, filter_hw, (0, 0, 0, 0), path, reference, options)
+             for path in paths]  # fmt: skip
+    supported = [plan for plan in plans if plan.supported]
+    if not supported:
+        return Plan(supported=False, reason=f"rhs dilation {dilation}: {plans[0].reason}")
+    piece = min(supported, key=lambda plan: plan.predicted_seconds)
+    return Plan(
+        supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
+        channels=(in_c, out_c), pads=pads, path=piece.path, reference=reference, sm_count=piece.sm_count,
+        forced_segments=piece.forced_segments, forced_kernels=piece.forced_kernels,
+        predicted_seconds=piece.predicted_seconds * dh * dw, dilation=dilation, phases=(Phase((0, 0), piece),),
     )  # fmt: skip
 
 
