@@ -189,3 +189,27 @@ def test_measurement_times_both_without_failing(auto):
     (plan,) = auto
     decision = choice.DECISIONS.get(choice.layer_key(plan, jnp.float32, None))
     assert decision is not None and np.isfinite(decision.winrs_ms) and np.isfinite(decision.xla_ms)
+
+
+@pytest.mark.parametrize(
+    "lhs_shape, rhs_shape, kwargs",
+    [
+        ((2, 15, 15, 4), (7, 7, 4, 6), dict(window_strides=(2, 2))),
+        ((2, 15, 15, 4), (3, 3, 4, 6), dict(rhs_dilation=(3, 2))),
+        ((2, 6, 7, 8, 4), (3, 3, 3, 4, 6), dict(window_strides=(1, 1, 1))),
+    ],
+    ids=["strided", "dilated", "3d"],
+)
+def test_decomposed_layers_are_measured_whole(auto, lhs_shape, rhs_shape, kwargs):
+    """Strided, dilated and 3D layers are measured as they run (all pieces) against XLA's layer."""
+    lhs, rhs = jnp.ones(lhs_shape), jnp.ones(rhs_shape)
+    layout = ("NHWC", "HWIO", "NHWC") if len(lhs_shape) == 4 else ("NDHWC", "DHWIO", "NDHWC")
+    args = dict(padding="SAME", dimension_numbers=layout, **kwargs)
+    args.setdefault("window_strides", (1,) * (len(lhs_shape) - 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = winrs_jax.plan(lhs, rhs, **args)
+    (measured,) = auto
+    decision = choice.DECISIONS.get(choice.layer_key(measured, jnp.float32, None))
+    assert decision is not None and np.isfinite(decision.winrs_ms) and np.isfinite(decision.xla_ms)
+    assert plan.choice.startswith("WinRS" if decision.winrs else "XLA")

@@ -185,10 +185,11 @@ def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> 
     if plan.depth[2]:
         pads, dn = [plan.depth_pads, *pads], ("NDHWC", "DHWIO", "NDHWC")
 
-    strides = (1, 1, 1) if plan.depth[2] else plan.strides
+    strides, dilation = ((1, 1, 1), (1, 1, 1)) if plan.depth[2] else (plan.strides, plan.dilation)
 
     def forward(w: jax.Array) -> jax.Array:
-        return lax.conv_general_dilated(x, w, strides, pads, dimension_numbers=dn, precision=precision)
+        return lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dilation, dimension_numbers=dn,
+                                        precision=precision)  # fmt: skip
 
     return jax.vjp(forward, jnp.zeros((*window, c, k), x.dtype))[1](dy)[0]
 
@@ -254,7 +255,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
-            depth_pads=plan.depth_pads, strides=plan.strides,
+            depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation,
         ),
         sort_keys=True,
     )  # fmt: skip
@@ -281,7 +282,8 @@ def _layer_text(plan: Plan) -> str:
         f"N={plan.batch} {plan.input_hw[0]}x{plan.input_hw[1]}x{plan.channels[0]} -> {plan.channels[1]}, "
         f"filter {plan.filter_hw[0]}x{plan.filter_hw[1]}, {plan.path}"
         + (f", 3D (depth, output depth, filter depth) {plan.depth}" if plan.depth[2] else "")
-        + (f", strides {plan.strides}" if plan.phases else "")
+        + (f", strides {plan.strides}" if plan.strides != (1, 1) else "")
+        + (f", dilation {plan.dilation}" if plan.dilation != (1, 1) else "")
     )
 
 

@@ -38,6 +38,7 @@ class Shape:
     d: int = 1
     fd: int = 1
     stride: int = 1  # in every spatial axis
+    dilation: int = 1  # of the filter, in every spatial axis (of the width for a 1D layer)
 
     @classmethod
     def cube(cls, n: int, dhw: tuple[int, int, int], cin: int, cout: int, r: int, name: str = "") -> Shape:
@@ -83,6 +84,8 @@ class Shape:
     def __str__(self) -> str:
         if self.stride > 1:
             return f"{dataclasses.replace(self, stride=1)} s{self.stride}"
+        if self.dilation > 1:
+            return f"{dataclasses.replace(self, dilation=1)} d{self.dilation}"
         if self.rank == 3:
             dhw = f"{self.d}^3" if self.d == self.h == self.w else f"{self.d}x{self.h}x{self.w}"
             ch = f"{self.cin}" if self.cin == self.cout else f"{self.cin}->{self.cout}"
@@ -95,16 +98,23 @@ class Shape:
 
     @property
     def padding(self) -> tuple[tuple[int, int], ...]:
-        return tuple((f // 2, f // 2) for f in self.filter)
+        return tuple(
+            ((f - 1) * d // 2, (f - 1) * d // 2) for f, d in zip(self.filter, self.dilations, strict=True)
+        )
 
     @property
     def strides(self) -> tuple[int, ...]:
         return (1, self.stride) if self.h == 1 and self.fh == 1 else (self.stride,) * self.rank
 
     @property
+    def dilations(self) -> tuple[int, ...]:
+        return (1, self.dilation) if self.h == 1 and self.fh == 1 else (self.dilation,) * self.rank
+
+    @property
     def out_spatial(self) -> tuple[int, ...]:
-        return tuple((size + 2 * (f // 2) - f) // s + 1
-                     for size, f, s in zip(self.spatial, self.filter, self.strides, strict=True))  # fmt: skip
+        return tuple((size + lo + hi - (f - 1) * d - 1) // s + 1
+                     for size, f, s, d, (lo, hi) in zip(self.spatial, self.filter, self.strides, self.dilations,
+                                                        self.padding, strict=True))  # fmt: skip
 
     @property
     def flops(self) -> float:
@@ -173,11 +183,21 @@ SUITE_STRIDED = [
     dataclasses.replace(Shape.conv1d(32, 16000, 256, 4, "audio conv1d k=4 s2"), stride=2),
 ]
 
+# Dilated layers (issue 9): DeepLab-v3 ASPP branches at output stride 16, WaveNet-style dilated 1D.
+SUITE_DILATED = [
+    dataclasses.replace(Shape(16, 33, 33, 512, 256, 3, 3, "ASPP rate 6"), dilation=6),
+    dataclasses.replace(Shape(16, 33, 33, 512, 256, 3, 3, "ASPP rate 12"), dilation=12),
+    dataclasses.replace(Shape(8, 65, 65, 256, 256, 3, 3, "DeepLab atrous block rate 2"), dilation=2),
+    dataclasses.replace(Shape.conv1d(16, 16000, 128, 2, "WaveNet k=2 dilation 64"), dilation=64),
+    dataclasses.replace(Shape.conv1d(16, 16000, 128, 3, "dilated 1D k=3 dilation 4"), dilation=4),
+]
+
 SUITES = {
     "paper": PAPER_SUITE,
     "real": REAL_SUITE,
     "3d": SUITE_3D,
     "strided": SUITE_STRIDED,
+    "dilated": SUITE_DILATED,
     "small": SMALL_SUITE,
 }
 
@@ -286,10 +306,10 @@ def _torch_case(
     def backward_filter(tx: Any, tdy: Any, dtype: Any) -> Any:
         w = torch.zeros((shape.cout, shape.cin, *shape.filter), device="cuda", dtype=dtype)
         w = w.contiguous(memory_format=cl)
-        pads = tuple(f // 2 for f in shape.filter)
-        ones, zeros = (1,) * rank, (0,) * rank
+        pads = tuple(lo for lo, _ in shape.padding)
+        zeros = (0,) * rank
         return lambda: torch.ops.aten.convolution_backward(
-            tdy, tx, w, None, shape.strides, pads, ones, False, zeros, 1, (False, True, False)
+            tdy, tx, w, None, shape.strides, pads, shape.dilations, False, zeros, 1, (False, True, False)
         )[1]
 
     fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
@@ -323,8 +343,8 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
     dy = jnp.asarray(scale * rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
-    kwargs = dict(window_strides=shape.strides, padding=shape.padding, dimension_numbers=DN[shape.rank],
-                  precision=precision)  # fmt: skip
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
+                  dimension_numbers=DN[shape.rank], precision=precision)  # fmt: skip
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         zeros = jnp.zeros(w.shape, w.dtype)
