@@ -106,9 +106,9 @@ def test_vmap_over_weights_too(rng):
         ((2, 2, 4, 4), dict(window_strides=(2, 2))),  # every stride-1 piece is 1x1
         ((3, 3, 4, 4), dict(rhs_dilation=(2, 2), window_strides=(2, 2))),
         ((3, 3, 2, 4), dict(feature_group_count=2)),
-        ((3, 11, 4, 4), {}),
+        ((1, 1, 4, 4), {}),
     ],
-    ids=["strided-1x1-pieces", "dilated-and-strided", "grouped", "width11"],
+    ids=["strided-1x1-pieces", "dilated-and-strided", "grouped", "1x1"],
 )
 def test_unsupported_layers_fall_back_to_xla(rhs_shape, kwargs, rng):
     lhs, rhs = _operands(rng, (2, 12, 14, 4), rhs_shape)
@@ -347,3 +347,23 @@ def test_dilated_one_d_matches_lax(rng):
     for a, b in zip(_grads(winrs_jax.conv, x, w, **kwargs), _grads(lax.conv_general_dilated, x, w, **kwargs),
                     strict=True):  # fmt: skip
         _assert_close(a, b)
+
+
+@pytest.mark.parametrize("width", [11, 13, 17, 23, 31])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
+    """Widths without kernels (no divisor in 2..9) run as pieces of at most 8 taps (DWM's filter split)."""
+    x = jnp.asarray(rng.standard_normal((2, 5, 70, 3)), jnp.float32)
+    padding = ((1, 1), (width // 2, width // 2))
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(
+        x, jnp.zeros((3, width, 3, 4)), (1, stride), padding, dimension_numbers=NHWC))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    expected = _reference_strided(x, dy, (3, width), (1, stride), padding)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, width, 3, 4),
+                                   window_strides=(1, stride), padding=padding, dimension_numbers=NHWC))  # fmt: skip
+    _assert_close(fn(x, dy), jnp.asarray(np.transpose(expected, (1, 2, 3, 0)), jnp.float32))
+    assert "winrs_backward_filter" in fn.lower(x, dy).as_text()
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, width, 3, 4), jnp.float32), (1, stride), padding,
+                          dimension_numbers=NHWC)  # fmt: skip
+    widths = [phase.plan.filter_hw[1] for phase in plan.phases]
+    assert sum(widths) == width and all(phase.plan.supported for phase in plan.phases)

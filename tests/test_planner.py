@@ -122,7 +122,6 @@ def test_forced_kernels():
 @pytest.mark.parametrize(
     "kwargs, reason",
     [
-        (dict(fw=11), "filter width 11 has no divisor in 2..9"),
         (dict(fw=1), "filter width 1 has no divisor in 2..9"),
         (dict(window_strides=(3, 3)), "no stride-1 piece has WinRS kernels"),  # every piece 1x1
         (

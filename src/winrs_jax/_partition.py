@@ -182,8 +182,8 @@ def _xla_piece(x: jax.Array, dy: jax.Array, plan: Plan, stack: int) -> jax.Array
 
 
 def _strided(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
-    """A strided layer's dW from its stride-1 pieces (Plan.phases): piece (p, q) takes the filter taps
-    p::s_h, q::s_w and the padded input X[p::s_h, q::s_w]; every piece reads the same dY."""
+    """A strided (or too wide) layer's dW from its stride-1 pieces (Plan.phases): piece (p, q) takes the filter
+    taps from (p, q) in steps of the strides and the padded input X[p::s_h, q::s_w]; every piece reads dY."""
     (sh, sw), (fh, fw), (c, k) = plan.strides, plan.filter_hw, plan.channels
     top, bottom, left, right = plan.pads
     # Pad (or crop) so that every phase has the rows and columns its piece reads.
@@ -203,7 +203,8 @@ def _strided(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
             part = filter_grad(view, dy, layer)
         else:
             part = _xla_piece(view, dy, piece, stack)
-        dw = dw.at[..., p::sh, q::sw, :].set(part)
+        rows, cols = piece.filter_hw
+        dw = dw.at[..., p : p + sh * rows : sh, q : q + sw * cols : sw, :].set(part)
     return dw
 
 

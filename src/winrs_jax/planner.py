@@ -244,13 +244,13 @@ class Plan:
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} filter {fh}x{fw} "
             f"strides {self.strides} pads(t,b,l,r)={self.pads}",
-            f"  strided    {len(self.phases)} stride-1 pieces (DWM's polyphase split): the filter taps p::{sh}, "
-            f"q::{sw} meet X[p::{sh}, q::{sw}] (a copy of about |X| / {sh * sw} each) with the same dY; their "
-            "dW interleave",
+            f"  pieces     {len(self.phases)} stride-1 pieces (DWM's split): piece (p, q) takes the filter taps "
+            f"from (p, q) with steps ({sh}, {sw}) and meets X[p::{sh}, q::{sw}] (a copy) with the same dY; "
+            "their dW interleave",
         ]
         for phase in self.phases:
             piece = phase.plan
-            head = f"  piece {phase.offset}: filter {piece.filter_hw[0]}x{piece.filter_hw[1]} on "
+            head = f"  piece {phase.offset}: taps {piece.filter_hw[0]}x{piece.filter_hw[1]} on "
             head += f"{piece.input_hw[0]}x{piece.input_hw[1]}: "
             if not piece.supported:
                 lines.append(head + f"XLA ({piece.reason})")
@@ -417,6 +417,10 @@ def make_plan(
     ]
     supported = [p for p in plans if p.supported]
     best = min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
+    if not best.supported and rank != 3 and filter_hw[1] > 1:  # a width without kernels: split it into pieces
+        pieces = _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, (1, 1), paths,
+                               reference, options)  # fmt: skip
+        return pieces if pieces.supported else best
     if not best.supported:
         return best
     seconds = best.predicted_seconds * max(depth[2], 1)
@@ -428,23 +432,36 @@ def _strided_plan(
     pads: tuple[int, int, int, int], strides: tuple[int, int], paths: tuple[str, ...], reference: str,
     options: PlannerOptions,
 ) -> Plan:  # fmt: skip
-    """A strided layer as stride-1 pieces (DWM, ../shared/papers/dwm-decomposable-winograd-aaai20.md): the taps
-    a = p + s i of each axis meet the phase input X_p[j] = X_padded[s j + p] at j = oh + i."""
+    """A strided layer, or one whose filter width has no kernels, as stride-1 pieces (DWM,
+    ../shared/papers/dwm-decomposable-winograd-aaai20.md): the taps a = p + s i of each axis meet the phase input
+    X_p[j] = X_padded[s j + p] at j = oh + i; a phase whose width has no kernels (11, 13, 31, ...) is split
+    further into chunks of at most 8 taps, each a piece that starts at its first tap."""
     (sh, sw), (fh, fw) = strides, filter_hw
     out_hw = ((in_hw[0] + pads[0] + pads[1] - fh) // sh + 1, (in_hw[1] + pads[2] + pads[3] - fw) // sw + 1)
+
+    def piece(taps: tuple[int, int]) -> Plan:
+        sub_hw = (out_hw[0] + taps[0] - 1, out_hw[1] + taps[1] - 1)
+        plans = [plan_canonical(batch, sub_hw, in_c, out_c, taps, (0, 0, 0, 0), path, reference, options)
+                 for path in paths]  # fmt: skip
+        supported = [plan for plan in plans if plan.supported]
+        if supported:
+            return min(supported, key=lambda plan: plan.predicted_seconds)
+        # Keep the shapes for the printout and the XLA piece.
+        return dataclasses.replace(plans[0], batch=batch, input_hw=sub_hw, out_grad_hw=out_hw, filter_hw=taps,
+                                   channels=(in_c, out_c))  # fmt: skip
+
     phases = []
     for p in range(min(sh, fh)):
         for q in range(min(sw, fw)):
             taps = (-(-(fh - p) // sh), -(-(fw - q) // sw))
-            sub_hw = (out_hw[0] + taps[0] - 1, out_hw[1] + taps[1] - 1)
-            plans = [plan_canonical(batch, sub_hw, in_c, out_c, taps, (0, 0, 0, 0), path, reference, options)
-                     for path in paths]  # fmt: skip
-            supported = [plan for plan in plans if plan.supported]
-            best = min(supported, key=lambda plan: plan.predicted_seconds) if supported else plans[0]
-            if not best.supported:  # keep the shapes for the printout and the XLA piece
-                best = dataclasses.replace(best, batch=batch, input_hw=sub_hw, out_grad_hw=out_hw, filter_hw=taps,
-                                           channels=(in_c, out_c))  # fmt: skip
-            phases.append(Phase((p, q), best))
+            whole = piece(taps)
+            if whole.supported or taps[1] == 1:
+                phases.append(Phase((p, q), whole))
+                continue
+            first = 0
+            for width in _width_chunks(taps[1]):
+                phases.append(Phase((p, q + sw * first), piece((taps[0], width))))
+                first += width
     runs = [phase.plan for phase in phases if phase.plan.supported]
     if not runs:
         return Plan(supported=False, reason=f"strides {strides}: no stride-1 piece has WinRS kernels "
@@ -455,6 +472,18 @@ def _strided_plan(
         forced_segments=runs[0].forced_segments, forced_kernels=runs[0].forced_kernels,
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
     )  # fmt: skip
+
+
+def _width_chunks(width: int) -> list[int]:
+    """Widths of at most 8 taps, none 1 (which has no kernels), that add up to `width`."""
+    chunks = []
+    while width > 0:
+        chunk = min(width, 8)
+        if width - chunk == 1:
+            chunk -= 1
+        chunks.append(chunk)
+        width -= chunk
+    return chunks
 
 
 def _dilated_plan(
