@@ -197,11 +197,12 @@ def test_measurement_times_both_without_failing(auto):
         ((2, 15, 15, 4), (7, 7, 4, 6), dict(window_strides=(2, 2))),
         ((2, 15, 15, 4), (3, 3, 4, 6), dict(rhs_dilation=(3, 2))),
         ((2, 6, 7, 8, 4), (3, 3, 3, 4, 6), dict(window_strides=(1, 1, 1))),
+        ((2, 15, 15, 8), (3, 3, 2, 8), dict(feature_group_count=4)),
     ],
-    ids=["strided", "dilated", "3d"],
+    ids=["strided", "dilated", "3d", "grouped"],
 )
 def test_decomposed_layers_are_measured_whole(auto, lhs_shape, rhs_shape, kwargs):
-    """Strided, dilated and 3D layers are measured as they run (all pieces) against XLA's layer."""
+    """Strided, dilated, 3D and grouped layers are measured as they run (all pieces) against XLA's layer."""
     lhs, rhs = jnp.ones(lhs_shape), jnp.ones(rhs_shape)
     layout = ("NHWC", "HWIO", "NHWC") if len(lhs_shape) == 4 else ("NDHWC", "DHWIO", "NDHWC")
     args = dict(padding="SAME", dimension_numbers=layout, **kwargs)

@@ -105,10 +105,10 @@ def test_vmap_over_weights_too(rng):
     [
         ((2, 2, 4, 4), dict(window_strides=(2, 2))),  # every stride-1 piece is 1x1
         ((3, 3, 4, 4), dict(rhs_dilation=(2, 2), window_strides=(2, 2))),
-        ((3, 3, 2, 4), dict(feature_group_count=2)),
+        ((3, 3, 4, 4), dict(batch_group_count=2)),
         ((1, 1, 4, 4), {}),
     ],
-    ids=["strided-1x1-pieces", "dilated-and-strided", "grouped", "1x1"],
+    ids=["strided-1x1-pieces", "dilated-and-strided", "batch-grouped", "1x1"],
 )
 def test_unsupported_layers_fall_back_to_xla(rhs_shape, kwargs, rng):
     lhs, rhs = _operands(rng, (2, 12, 14, 4), rhs_shape)
@@ -367,3 +367,41 @@ def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
                           dimension_numbers=NHWC)  # fmt: skip
     widths = [phase.plan.filter_hw[1] for phase in plan.phases]
     assert sum(widths) == width and all(phase.plan.supported for phase in plan.phases)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, kwargs",
+    [
+        ((2, 12, 13, 8), (3, 3, 4, 6), dict(feature_group_count=2)),
+        ((2, 12, 13, 8), (3, 3, 2, 8), dict(feature_group_count=4, window_strides=(2, 2))),
+        ((2, 12, 13, 8), (3, 3, 1, 8), dict(feature_group_count=8)),  # depthwise
+        ((2, 12, 13, 8), (5, 5, 1, 16), dict(feature_group_count=8, rhs_dilation=(2, 1))),  # multiplier 2
+        (
+            (3, 1, 40, 6),
+            (1, 4, 1, 6),
+            dict(feature_group_count=6, padding=((0, 0), (3, 0))),
+        ),  # causal 1D, Mamba
+    ],
+    ids=["groups2", "groups4-strided", "depthwise", "depthwise-m2-dilated", "depthwise-causal-1d"],
+)
+def test_grouped_filter_gradient_matches_lax(rng, x_shape, w_shape, kwargs):
+    """Grouped and depthwise layers: the groups run as stacked problems in one launch."""
+    x, w = _operands(rng, x_shape, w_shape)
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+    args.update(kwargs)
+    for a, b in zip(_grads(winrs_jax.conv, x, w, **args), _grads(lax.conv_general_dilated, x, w, **args),
+                    strict=True):  # fmt: skip
+        _assert_close(a, b)
+    assert "winrs_backward_filter" in _hlo(functools.partial(_grads, winrs_jax.conv, **args), x, w)
+    plan = winrs_jax.plan(x, w, **args)
+    groups = kwargs["feature_group_count"]
+    assert plan.groups == groups and f"{groups} groups of" in str(plan)
+
+
+def test_grouped_three_d_in_ncdhw_matches_lax(rng):
+    x, w = _operands(rng, (2, 4, 5, 6, 7), (6, 2, 3, 3, 3))  # NCDHW, OIDHW: 2 groups of 2 -> 3
+    args = dict(window_strides=(1, 1, 1), padding="SAME", dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
+                feature_group_count=2)  # fmt: skip
+    for a, b in zip(_grads(winrs_jax.conv, x, w, **args), _grads(lax.conv_general_dilated, x, w, **args),
+                    strict=True):  # fmt: skip
+        _assert_close(a, b)

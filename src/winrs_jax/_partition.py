@@ -141,6 +141,12 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     A 3D layer (paper section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the
     input's depth slices fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is
     shared by the taps; the depth-shifted views of X are copies."""
+    if (
+        plan.groups > 1
+    ):  # the groups as stacked problems: ... x G x N x ... x C/G, dW ... x G x K/G x ... x C/G
+        regroup = lambda a: jax.numpy.moveaxis(a.reshape(*a.shape[:-1], plan.groups, -1), -2, stack)  # noqa: E731
+        dw = run_plan(regroup(x), regroup(dy), dataclasses.replace(plan, groups=1), options, stack + 1)
+        return dw.reshape(*dw.shape[:stack], -1, *dw.shape[stack + 2 :])
     layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
     if plan.dilation != (1, 1):
         return _dilated(x, dy, plan, options, stack)

@@ -189,7 +189,7 @@ def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> 
 
     def forward(w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dilation, dimension_numbers=dn,
-                                        precision=precision)  # fmt: skip
+                                        feature_group_count=plan.groups, precision=precision)  # fmt: skip
 
     return jax.vjp(forward, jnp.zeros((*window, c, k), x.dtype))[1](dy)[0]
 
@@ -255,7 +255,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
-            depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation,
+            depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
         ),
         sort_keys=True,
     )  # fmt: skip
@@ -284,6 +284,7 @@ def _layer_text(plan: Plan) -> str:
         + (f", 3D (depth, output depth, filter depth) {plan.depth}" if plan.depth[2] else "")
         + (f", strides {plan.strides}" if plan.strides != (1, 1) else "")
         + (f", dilation {plan.dilation}" if plan.dilation != (1, 1) else "")
+        + (f", {plan.groups} groups" if plan.groups > 1 else "")
     )
 
 

@@ -148,6 +148,9 @@ class Plan:
     # A dilated layer: its filter dilation; phases then holds the one stride-1 problem that all dh x dw output
     # phases run, stacked.
     dilation: tuple[int, int] = (1, 1)
+    # A grouped layer (feature_group_count): everything above describes one group's problem; the groups run
+    # stacked in one launch.
+    groups: int = 1
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
@@ -163,10 +166,12 @@ class Plan:
     @property
     def workspace_bytes(self) -> int:
         if self.phases:
-            return (
+            per_group = (
                 max(phase.plan.workspace_bytes for phase in self.phases) * self.dilation[0] * self.dilation[1]
             )
-        return 4 * self.workspace_elems * self.depth_taps
+        else:
+            per_group = 4 * self.workspace_elems * self.depth_taps
+        return per_group * self.groups
 
     @property
     def depth_taps(self) -> int:
@@ -174,8 +179,13 @@ class Plan:
         return self.depth[2] or 1
 
     def canonical_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """X, dY and dW of the layer in the canonical layouts N[D]HWC, N[D]HWK and K[D]HWC."""
+        """X, dY and dW of the layer in the canonical layouts N[D]HWC, N[D]HWK and K[D]HWC (of a grouped layer: C
+        and K of all groups, dW's input channels of one group, as lax's filter)."""
         (h, w), (oh, ow), (fh, fw), (c, k) = self.input_hw, self.out_grad_hw, self.filter_hw, self.channels
+        if self.groups > 1:
+            x, dy, dw = dataclasses.replace(self, groups=1).canonical_shapes()
+            g = self.groups
+            return (*x[:-1], x[-1] * g), (*dy[:-1], dy[-1] * g), (dw[0] * g, *dw[1:])
         if not self.depth[2]:
             return (self.batch, h, w, c), (self.batch, oh, ow, k), (k, fh, fw, c)
         d, od, fd = self.depth
@@ -198,6 +208,12 @@ class Plan:
     def __str__(self) -> str:
         if not self.supported:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
+        if self.groups > 1:
+            (c, k), g = self.channels, self.groups
+            lines = str(dataclasses.replace(self, groups=1)).split("\n")
+            grouped = (f"  grouped    {g} groups of {c} -> {k} channels: the problem below once per group, all "
+                       "stacked in one launch (X and dY regrouped group-major: copies)")  # fmt: skip
+            return "\n".join([lines[0], grouped, *lines[1:]])
         if self.phases:
             return self._phases_text()
         kernels = self.kernels
@@ -346,8 +362,8 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
     preferred = spec.preferred_element_type
     if preferred not in (None, np.dtype(np.float32), dtype):
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
-    if spec.feature_group_count != 1 or spec.batch_group_count != 1:
-        return "grouped convolution (feature_group_count or batch_group_count > 1)"
+    if spec.batch_group_count != 1:
+        return f"batch_group_count {spec.batch_group_count} (grouped over the batch)"
     if any(s != 1 for s in spec.window_strides) and len(spec.window_strides) == 3:
         return f"window strides {spec.window_strides}: WinRS splits strides of 1D and 2D layers only"
     if any(d != 1 for d in spec.lhs_dilation):
@@ -376,6 +392,17 @@ def make_plan(
     reason = reason or _unsupported(spec, np.dtype(dtype))
     if reason:
         return Plan(supported=False, reason=reason)
+    groups = spec.feature_group_count
+    if groups > 1:  # G independent problems of C / G -> K / G channels, stacked in one launch
+        dn = spec.dimension_numbers
+        lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)
+        lhs_one[dn.lhs_spec[1]] //= groups
+        rhs_one[dn.rhs_spec[0]] //= groups
+        one = make_plan(tuple(lhs_one), tuple(rhs_one), dtype, dataclasses.replace(spec, feature_group_count=1),
+                        options)  # fmt: skip
+        if not one.supported:
+            return dataclasses.replace(one, reason=f"{groups} groups: {one.reason}")
+        return dataclasses.replace(one, groups=groups, predicted_seconds=one.predicted_seconds * groups)
     rank = len(lhs_shape) - 2
 
     dn = spec.dimension_numbers
