@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|resnet|mix|profile
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -47,6 +47,7 @@ for stage in "$@"; do
     bench-3d) bench bench-3d --suite 3d ${BENCH_ARGS:-} ;;
     bench-strided) bench bench-strided --suite strided ${BENCH_ARGS:-} ;;
     bench-dilated) bench bench-dilated --suite dilated ${BENCH_ARGS:-} ;;
+    bench-grouped) bench bench-grouped --suite grouped ${BENCH_ARGS:-} ;;
     resnet)
       for dtype in float32 bfloat16; do
         (cd /tmp && python3 "$ROOT/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \

@@ -20,9 +20,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
     dy = jnp.asarray(rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
-    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
-    kwargs = dict(window_strides=shape.strides, padding=shape.padding, dimension_numbers=DN[shape.rank],
-                  precision=precision)  # fmt: skip
+    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
+                  dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
     fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
     print(winrs_jax.plan(x, w, **kwargs, options=options))

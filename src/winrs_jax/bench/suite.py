@@ -39,6 +39,7 @@ class Shape:
     fd: int = 1
     stride: int = 1  # in every spatial axis
     dilation: int = 1  # of the filter, in every spatial axis (of the width for a 1D layer)
+    groups: int = 1  # feature_group_count; cin == cout == groups is depthwise
 
     @classmethod
     def cube(cls, n: int, dhw: tuple[int, int, int], cin: int, cout: int, r: int, name: str = "") -> Shape:
@@ -86,6 +87,8 @@ class Shape:
             return f"{dataclasses.replace(self, stride=1)} s{self.stride}"
         if self.dilation > 1:
             return f"{dataclasses.replace(self, dilation=1)} d{self.dilation}"
+        if self.groups > 1:
+            return f"{dataclasses.replace(self, groups=1)} g{self.groups}"
         if self.rank == 3:
             dhw = f"{self.d}^3" if self.d == self.h == self.w else f"{self.d}x{self.h}x{self.w}"
             ch = f"{self.cin}" if self.cin == self.cout else f"{self.cin}->{self.cout}"
@@ -118,7 +121,15 @@ class Shape:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.n * math.prod(self.out_spatial) * self.cout * math.prod(self.filter) * self.cin
+        return (
+            2.0
+            * self.n
+            * math.prod(self.out_spatial)
+            * self.cout
+            * math.prod(self.filter)
+            * self.cin
+            / self.groups
+        )
 
 
 # The baselines' paper suite (comparable FLOPs per filter size).
@@ -192,12 +203,24 @@ SUITE_DILATED = [
     dataclasses.replace(Shape.conv1d(16, 16000, 128, 3, "dilated 1D k=3 dilation 4"), dilation=4),
 ]
 
+# Grouped and depthwise layers (issue 9): Mamba's causal depthwise conv1d, a depthwise conv1d, RepLKNet's 31x31,
+# ConvNeXt's 7x7 and MobileNet's 3x3 depthwise layers, ResNeXt's 32-group 3x3.
+SUITE_GROUPED = [
+    dataclasses.replace(Shape.conv1d(16, 2048, 2048, 4, "Mamba depthwise conv1d k=4"), groups=2048),
+    dataclasses.replace(Shape.conv1d(32, 1024, 512, 5, "depthwise conv1d k=5"), groups=512),
+    dataclasses.replace(Shape.square(32, 28, 256, 31, "RepLKNet depthwise 31x31"), groups=256),
+    dataclasses.replace(Shape.square(64, 28, 256, 7, "ConvNeXt depthwise 7x7"), groups=256),
+    dataclasses.replace(Shape.square(64, 56, 128, 3, "MobileNet depthwise 3x3"), groups=128),
+    dataclasses.replace(Shape.square(64, 56, 128, 3, "ResNeXt 32 groups 3x3"), groups=32),
+]
+
 SUITES = {
     "paper": PAPER_SUITE,
     "real": REAL_SUITE,
     "3d": SUITE_3D,
     "strided": SUITE_STRIDED,
     "dilated": SUITE_DILATED,
+    "grouped": SUITE_GROUPED,
     "small": SMALL_SUITE,
 }
 
@@ -304,12 +327,22 @@ def _torch_case(
         return torch.from_numpy(a).to("cuda").permute(*to_torch).to(dtype).contiguous(memory_format=cl)
 
     def backward_filter(tx: Any, tdy: Any, dtype: Any) -> Any:
-        w = torch.zeros((shape.cout, shape.cin, *shape.filter), device="cuda", dtype=dtype)
+        w = torch.zeros((shape.cout, shape.cin // shape.groups, *shape.filter), device="cuda", dtype=dtype)
         w = w.contiguous(memory_format=cl)
         pads = tuple(lo for lo, _ in shape.padding)
         zeros = (0,) * rank
         return lambda: torch.ops.aten.convolution_backward(
-            tdy, tx, w, None, shape.strides, pads, shape.dilations, False, zeros, 1, (False, True, False)
+            tdy,
+            tx,
+            w,
+            None,
+            shape.strides,
+            pads,
+            shape.dilations,
+            False,
+            zeros,
+            shape.groups,
+            (False, True, False),
         )[1]
 
     fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
@@ -340,11 +373,11 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     dtype, precision = DTYPES[dtype_name]
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
-    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin, shape.cout), dtype)
+    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
     dy = jnp.asarray(scale * rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
-                  dimension_numbers=DN[shape.rank], precision=precision)  # fmt: skip
+                  dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         zeros = jnp.zeros(w.shape, w.dtype)
