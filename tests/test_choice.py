@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import jax
@@ -214,3 +215,19 @@ def test_decomposed_layers_are_measured_whole(auto, lhs_shape, rhs_shape, kwargs
     decision = choice.DECISIONS.get(choice.layer_key(measured, jnp.float32, None))
     assert decision is not None and np.isfinite(decision.winrs_ms) and np.isfinite(decision.xla_ms)
     assert plan.choice.startswith("WinRS" if decision.winrs else "XLA")
+
+
+def test_a_clear_loser_is_timed_once():
+    """The measurement stops after one call of a candidate three times slower than the other: the first trace
+    of a layer WinRS handles badly (say, a depthwise 31x31) must not spend seconds measuring it."""
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.02)
+        return jnp.zeros(())
+
+    assert choice._time_ms(slow, give_up_ms=5.0) >= 20.0 and len(calls) == 1
+    calls.clear()
+    choice._time_ms(slow, budget_s=0.0)
+    assert len(calls) >= 4  # without the limit: the first call, then at least three samples
