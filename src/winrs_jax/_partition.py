@@ -138,12 +138,12 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     """dW (... x K x [FD x] FH x FW x C, float32) of a planned layer from X (... x N x [D x] H x W x C) and dY
     (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
 
-    A 3D layer (paper section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the
-    input's depth slices fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is
-    shared by the taps; the depth-shifted views of X are copies."""
-    if (
-        plan.groups > 1
-    ):  # the groups as stacked problems: ... x G x N x ... x C/G, dW ... x G x K/G x ... x C/G
+    A grouped layer runs its groups as stacked problems (X and dY regrouped group-major); a dilated or strided
+    one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper section 3, Level 2) becomes FD stacked
+    2D problems, one per filter depth tap fd: the input's depth slices fd .. fd + OD - 1 and dY, each with batch
+    and depth merged into N x OD images. dY is shared by the taps; the depth-shifted views of X are copies."""
+    if plan.groups > 1:
+        # ... x G x N x ... x C/G and ... x G x N x ... x K/G; dW ... x G x K/G x ... x C/G.
         regroup = lambda a: jax.numpy.moveaxis(a.reshape(*a.shape[:-1], plan.groups, -1), -2, stack)  # noqa: E731
         dw = run_plan(regroup(x), regroup(dy), dataclasses.replace(plan, groups=1), options, stack + 1)
         return dw.reshape(*dw.shape[:stack], -1, *dw.shape[stack + 2 :])
@@ -209,8 +209,8 @@ def _strided(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
             part = filter_grad(view, dy, layer)
         else:
             part = _xla_piece(view, dy, piece, stack)
-        rows, cols = piece.filter_hw
-        dw = dw.at[..., p : p + sh * rows : sh, q : q + sw * cols : sw, :].set(part)
+        taps_h, taps_w = piece.filter_hw
+        dw = dw.at[..., p : p + sh * taps_h : sh, q : q + sw * taps_w : sw, :].set(part)
     return dw
 
 

@@ -104,8 +104,9 @@ class PlannerOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """One stride-1 piece of a strided layer (DWM's polyphase split, ../shared/papers): the filter taps
-    offset::stride of each axis meet the input X[offset::stride] as a stride-1 problem with the same dY."""
+    """One stride-1 piece of a strided or too wide layer (DWM's splits, ../shared/papers): the filter taps from
+    offset in steps of the stride meet the input X[offset::stride] as a stride-1 problem with the same dY. (A
+    dilated layer keeps its one stacked problem here.)"""
 
     offset: tuple[int, int]  # first filter tap of the piece in height and width
     plan: Plan  # its stride-1 plan, padding already applied; unsupported ones run on XLA
