@@ -21,5 +21,6 @@ def test_batch_sharded_training_step_all_reduces_dw_without_gathering_activation
         assert report[f"{case}_error"] < 2e-4, report
     assert report["winrs_calls"] >= 1, report
     assert report["all_reduce"] and not report["all_gather"], report
+    assert report["measured_batches"] == [2], report  # the per-device shard of the batch of 8
     ours, lax_gathers = report["ensemble_gathers"]
     assert ours <= 1 and ours < lax_gathers, report  # at most the forward's; WinRS adds none

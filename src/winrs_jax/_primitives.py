@@ -257,13 +257,29 @@ def _winrs_filter_grad(
     return dw.transpose((*lead, *(stack + int(d) for d in np.argsort(order))))
 
 
+def _device_shape(x: Any, spec: ConvSpec, stack: int) -> tuple[int, ...]:
+    """One problem's input shape as each device runs it: with the batch partitioned over mesh axes (known at
+    trace time under explicit axes), the shard's."""
+    shape = list(_unstacked(x, stack).shape)
+    batch = spec.dimension_numbers.lhs_spec[0]
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec_axes = getattr(sharding, "spec", ())
+    if len(spec_axes) > stack + batch and spec_axes[stack + batch] is not None:
+        axes = spec_axes[stack + batch]
+        for name in axes if isinstance(axes, tuple) else (axes,):
+            shape[batch] //= sharding.mesh.shape[name]
+    return tuple(shape)
+
+
 def _filter_grad_impl(
     x: jax.Array, dy: jax.Array, *, spec: ConvSpec, options: Any, mode: str, rhs_shape: tuple[int, ...],
     rhs_dtype: np.dtype, stack: int,
 ) -> jax.Array:  # fmt: skip
     one_x = _unstacked(x, stack)
     plan = make_plan(one_x.shape, rhs_shape, one_x.dtype, spec, options)
-    winrs, _ = choice.use_winrs(plan, one_x.dtype, spec.precision, mode)
+    # Measured on the shape each device runs (a shard of the batch under explicit mesh axes).
+    local = make_plan(_device_shape(x, spec, stack), rhs_shape, one_x.dtype, spec, options)
+    winrs, _ = choice.use_winrs(local if local.supported else plan, one_x.dtype, spec.precision, mode)
     if winrs:
         return _winrs_filter_grad(x, dy, plan, spec, options, stack).astype(rhs_dtype)
 

@@ -9,6 +9,8 @@ import os
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 
 import functools  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -66,6 +68,13 @@ def main() -> None:
 
         no_pcast = jax.jit(no_pcast_grad)(we, xe)
 
+        # The measured choice times the shard each device runs (batch 8 over 4 devices: 2).
+        os.environ["WINRS_JAX_CACHE_DIR"] = cache = tempfile.mkdtemp()
+        with winrs_jax.mode("auto"):
+            jax.jit(jax.grad(functools.partial(loss, winrs_jax.conv))).lower(we, xe)
+        measured_batches = sorted(json.loads(json.loads(p.read_text())["key"])["batch"]
+                                  for p in Path(cache).glob("*.json"))  # fmt: skip
+
     # Second order under the batch-sharded jit: a gradient penalty (the gradient of |d loss / d x|^2).
     def penalty(conv, w, x):
         return jnp.sum(jax.grad(functools.partial(loss, conv), argnums=1)(w, x) ** 2)
@@ -95,6 +104,7 @@ def main() -> None:
         "penalty_error": float(jnp.abs(penalty_grad - penalty_reference).max() / jnp.abs(penalty_reference).max()),
         "ensemble_error": float(jnp.abs(ensemble - ensemble_reference).max() / jnp.abs(ensemble_reference).max()),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
+        "measured_batches": measured_batches,
         "ensemble_gathers": [ensemble_hlo.count("all-gather("), lax_ensemble_hlo.count("all-gather(")],
         "all_reduce": all("all-reduce" in text for text in (hlo, explicit_hlo, ensemble_hlo)),
         "winrs_calls": min(text.count("winrs_backward_filter") for text in (hlo, explicit_hlo, ensemble_hlo)),
