@@ -12,7 +12,6 @@ derivatives with respect to the input reuse lax's own transpose rules.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -103,9 +102,8 @@ def _xla_conv(lhs: jax.Array, rhs: jax.Array, *, spec: ConvSpec, options: Any, s
 def bind_conv(
     lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None, stack: int = 0
 ) -> jax.Array:
-    """conv(lhs, rhs) as lax computes it, with the filter gradient of winrs_jax; spec.out_sharding is ignored."""
+    """conv(lhs, rhs) as lax computes it, with the filter gradient of winrs_jax."""
     lhs, rhs = _same_varying_axes(lhs, rhs)
-    spec = dataclasses.replace(spec, out_sharding=None)
     return conv_p.bind(lhs, rhs, spec=spec, options=options, stack=stack)
 
 
@@ -116,7 +114,7 @@ def bind_filter_grad(
     """d<out_grad, conv(lhs, rhs)>/d rhs, for rhs of rhs_aval's shape and dtype (without the stack axes)."""
     lhs, out_grad = _same_varying_axes(lhs, out_grad)
     return filter_grad_p.bind(
-        lhs, out_grad, spec=dataclasses.replace(spec, out_sharding=None), options=options,
+        lhs, out_grad, spec=spec, options=options,
         mode=choice.current_mode(options.mode if options else None), rhs_shape=tuple(rhs_aval.shape)[stack:],
         rhs_dtype=np.dtype(rhs_aval.dtype), stack=stack,
     )  # fmt: skip

@@ -46,7 +46,7 @@ def conv(
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     spec = make_spec(
         lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
-        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type, out_sharding,
+        dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
     if spec.xla_only:  # lax takes the whole call, gradients included
         return _xla_conv(lhs, rhs, spec, out_sharding)

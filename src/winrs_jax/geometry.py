@@ -30,7 +30,6 @@ class ConvSpec:
     batch_group_count: int
     precision: Any
     preferred_element_type: Any
-    out_sharding: Any = None  # of the forward output only
     # Why winrs_jax hands the whole call to lax.conv_general_dilated (inputs lax accepts that WinRS's path does
     # not take: integer dtypes, zero-size dimensions, negative padding, padding beyond the window, a window
     # beyond the padded input); "" otherwise.
@@ -91,7 +90,6 @@ def make_spec(
     batch_group_count: int,
     precision: Any,
     preferred_element_type: Any,
-    out_sharding: Any = None,
 ) -> ConvSpec:
     """Validates a convolution call like lax.conv_general_dilated and resolves its padding and layout.
 
@@ -178,6 +176,5 @@ def make_spec(
         batch_group_count=int(batch_group_count),
         precision=_hashable(precision),
         preferred_element_type=None if preferred_element_type is None else np.dtype(preferred_element_type),
-        out_sharding=out_sharding,
         xla_only="; ".join(xla_only),
     )
