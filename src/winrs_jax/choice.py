@@ -170,12 +170,17 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25, give_up_ms: fl
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
-        start = time.perf_counter()
-        for _ in range(calls - 1):
-            fn()
-        fn().block_until_ready()
-        samples.append((time.perf_counter() - start) / calls * 1e3)
+        samples.append(sample_ms(fn, calls))
     return statistics.median(samples)
+
+
+def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
+    """Milliseconds per call of `calls` calls back to back, waiting for the last one only."""
+    start = time.perf_counter()
+    for _ in range(calls - 1):
+        fn()
+    fn().block_until_ready()
+    return (time.perf_counter() - start) / calls * 1e3
 
 
 def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> jax.Array:

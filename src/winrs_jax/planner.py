@@ -227,10 +227,7 @@ class Plan:
                 "all in one launch (paper section 3, Level 2)"
             ]
         lines = [
-            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
-            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
-            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
-            f"filter {self.filter_hw[0]}x{self.filter_hw[1]} pads(t,b,l,r)={self.pads}",
+            *self._head(""),
             *depth,
             f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}; kernels as accurate as XLA's "
             f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference]:.1e})",
@@ -252,15 +249,21 @@ class Plan:
         ]
         return "\n".join(lines)
 
+    def _head(self, geometry: str) -> list[str]:
+        """The first two lines of every printout: what computes the gradient, and the layer's problem."""
+        return [
+            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
+            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
+            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
+            f"filter {self.filter_hw[0]}x{self.filter_hw[1]}{geometry} pads(t,b,l,r)={self.pads}",
+        ]
+
     def _phases_text(self) -> str:
         if self.dilation != (1, 1):
             return self._dilation_text()
-        (sh, sw), (fh, fw) = self.strides, self.filter_hw
+        sh, sw = self.strides
         lines = [
-            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
-            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
-            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} filter {fh}x{fw} "
-            f"strides {self.strides} pads(t,b,l,r)={self.pads}",
+            *self._head(f" strides {self.strides}"),
             f"  pieces     {len(self.phases)} stride-1 pieces (DWM's split): piece (p, q) takes the filter taps "
             f"from (p, q) with steps ({sh}, {sw}) and meets X[p::{sh}, q::{sw}] (a copy) with the same dY; "
             "their dW interleave",
@@ -282,10 +285,7 @@ class Plan:
         (dh, dw), piece = self.dilation, self.phases[0].plan
         names = " + ".join(v.name for v in piece.kernels)
         return "\n".join([
-            "WinRS plan" + (f": {self.choice} computes the filter gradient" if self.choice else ""),
-            f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
-            f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} filter "
-            f"{self.filter_hw[0]}x{self.filter_hw[1]} dilation {self.dilation} pads(t,b,l,r)={self.pads}",
+            *self._head(f" dilation {self.dilation}"),
             f"  dilated    {dh * dw} stacked stride-1 problems, one per output phase (rows r::{dh}, columns "
             f"c::{dw} of dY, with X_padded[r::{dh}, c::{dw}]), each {piece.input_hw[0]}x{piece.input_hw[1]} with "
             f"the undilated filter; their dW summed",

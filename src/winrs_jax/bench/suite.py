@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 import winrs_jax
+from winrs_jax import choice
 
 DN = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
 WINRS = winrs_jax.PlannerOptions(mode="winrs")
@@ -283,14 +284,7 @@ class Result:
 def time_ms(fn: Callable[[], jax.Array], repeats: int, calls: int) -> float:
     """Median over `repeats` of (calls back-to-back, then block_until_ready) / calls, after one warm-up."""
     fn().block_until_ready()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls - 1):
-            fn()
-        fn().block_until_ready()
-        samples.append((time.perf_counter() - start) / calls * 1e3)
-    return statistics.median(samples)
+    return statistics.median(choice.sample_ms(fn, calls) for _ in range(repeats))
 
 
 def _temp_bytes(compiled: Any) -> int:
