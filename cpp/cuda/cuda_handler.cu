@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/omega.h"
+#include "ffi/grouped_call.h"
 #include "ffi/handlers.h"
 #include "ffi/launch.h"
 #include "xla/ffi/api/ffi.h"
@@ -35,6 +36,26 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::
   return ffi::Error::Success();
 }
 
+ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                    ffi::ResultBuffer<ffi::F32> filter_grad,
+                                    ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
+  try {
+    GroupedOp op;
+    if (std::string error = decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, &op);
+        !error.empty())
+      return ffi::Error::InvalidArgument("winrs_grouped_filter_grad: " + error);
+    const char* stage = "";
+    if (cudaError_t e = cuda::run_grouped(op, input.untyped_data(), out_grad.untyped_data(),
+                                          filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
+        e != cudaSuccess)
+      return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + stage + ": " +
+                                  cudaGetErrorString(e));
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace winrs::ffi_glue
 
@@ -46,4 +67,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCuda, winrs::ffi_glue::grouped_filter_grad_cuda,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::GroupedAttrs>()),
                               {ffi::Traits::kCmdBufferCompatible});

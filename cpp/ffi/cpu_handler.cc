@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cpu/backward_filter.h"
+#include "cpu/grouped.h"
+#include "ffi/grouped_call.h"
 #include "ffi/handlers.h"
 #include "ffi/launch.h"
 #include "xla/ffi/api/ffi.h"
@@ -106,6 +108,28 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::
   return ffi::Error::Success();
 }
 
+ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                   ffi::ResultBuffer<ffi::F32> filter_grad,
+                                   ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
+  try {
+    GroupedOp op;
+    if (std::string error = decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, &op);
+        !error.empty())
+      return ffi::Error::InvalidArgument("winrs_grouped_filter_grad: " + error);
+    std::string error;
+    cpu::grouped_filter_grad(
+        op,
+        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
+        Pool{&pool, &error});
+    if (!error.empty()) return ffi::Error::Internal("winrs_grouped_filter_grad: " + error);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + e.what());
+  } catch (...) {
+    return ffi::Error::Internal("winrs_grouped_filter_grad: unknown error");
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace winrs::ffi_glue
 
@@ -117,3 +141,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCpu, winrs::ffi_glue::grouped_filter_grad_cpu,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::ThreadPool>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::GroupedAttrs>()));

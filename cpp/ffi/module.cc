@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ffi/handlers.h"
+#include "winrs/grouped.h"
 #include "winrs/numeric.h"
 #include "winrs/operator.h"
 #include "winrs/paths.h"
@@ -66,12 +67,14 @@ NB_MODULE(_winrs, m) {
   m.def("cpu_targets", [] {
     nb::dict d;
     d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCpu);
+    d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCpu);
     return d;
   });
   m.def("cuda_targets", [] {
     nb::dict d;
 #ifdef WINRS_WITH_CUDA
     d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCuda);
+    d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCuda);
 #endif
     return d;
   });
@@ -173,6 +176,44 @@ NB_MODULE(_winrs, m) {
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
       nb::arg("segments"), nb::arg("variant0") = -1, nb::arg("variant1") = -1);
+
+  // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
+  m.def(
+      "make_grouped_plan",
+      [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
+         int64_t filter_h, int64_t filter_w, int64_t groups, int64_t pad_top, int64_t pad_bottom,
+         int64_t pad_left, int64_t pad_right, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
+         int64_t dilation_w, int path, int sm_count, int64_t splits, int64_t stacked) {
+        if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
+        winrs::GroupedShapes s{{batch, in_h, in_w, in_c},
+                               {batch, out_h, out_w, out_c},
+                               {out_c, filter_h, filter_w, groups > 0 ? in_c / groups : 0},
+                               {pad_top, pad_bottom, pad_left, pad_right},
+                               {stride_h, stride_w},
+                               {dilation_h, dilation_w},
+                               groups,
+                               stacked};
+        winrs::GroupedOp op;
+        const std::string error = winrs::make_grouped(
+            s, winrs::GroupedOptions{static_cast<winrs::Path>(path), sm_count, splits}, &op);
+        const winrs::GroupedPlan& plan = op.plan;
+        nb::dict d;
+        d["supported"] = error.empty();
+        d["reason"] = error;
+        d["tile"] = nb::make_tuple(plan.tile_h, plan.tile_w);
+        d["tiles"] = nb::make_tuple(plan.tiles_h, plan.tiles_w);
+        d["units"] = plan.units;
+        d["items"] = plan.items;
+        d["splits"] = plan.splits;
+        d["workspace_elems"] = plan.workspace_elems;
+        d["predicted_seconds"] = plan.predicted_seconds;
+        return d;
+      },
+      nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
+      nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("groups"), nb::arg("pad_top"),
+      nb::arg("pad_bottom"), nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("stride_h"),
+      nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"), nb::arg("path"), nb::arg("sm_count"),
+      nb::arg("splits") = 0, nb::arg("stacked") = 1);
 
   m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {
     if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||

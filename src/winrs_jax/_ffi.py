@@ -11,6 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from winrs_jax import _winrs
 
 TARGET = "winrs_backward_filter"
+GROUPED_TARGET = "winrs_grouped_filter_grad"  # the direct kernels of grouped layers (cpp/winrs/grouped.h)
 
 
 def _register() -> bool:
@@ -31,7 +32,7 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     jax.export only admits custom calls with a compatibility guarantee from jax itself; winrs_jax keeps its own:
     the target name and its attributes change only with a new target name. The exported artifact runs where
     winrs_jax is installed (importing it registers the target)."""
-    return [jax.export.DisabledSafetyCheck.custom_call(TARGET)]
+    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in (TARGET, GROUPED_TARGET)]
 
 
 def varying_axes(x: jax.Array) -> frozenset[str]:
@@ -56,10 +57,11 @@ def backward_filter_call(
     filter_ohwi_shape: tuple[int, int, int, int],
     workspace_elems: int,
     attributes: dict[str, int],
+    target: str = TARGET,
 ) -> jax.Array:
-    """dW (stacked + O_C x F_H x F_W x I_C, float32) of planned WinRS backward-filter convolutions: X and dY with
-    len(stacked) leading axes of stacked problems, each axis equal to `stacked` or, for an operand shared by all
-    problems, all of size 1."""
+    """dW (stacked + O_C x F_H x F_W x I_C, float32) of planned backward-filter convolutions (WinRS, or the
+    direct grouped kernels with target GROUPED_TARGET): X and dY with len(stacked) leading axes of stacked
+    problems, each axis equal to `stacked` or, for an operand shared by all problems, all of size 1."""
     # Inside shard_map the results vary over the manual axes the operands vary over (check_vma): keep the type
     # of the operand that varies over the most axes, with the result's shape and dtype; under a mesh with
     # explicit axes no result dimension is partitioned (the operands' batch sharding says nothing about dW).
@@ -68,5 +70,5 @@ def backward_filter_call(
         base.update(shape=(*stacked, *filter_ohwi_shape), dtype=jnp.float32, **replicated(base)),
         base.update(shape=(*stacked, workspace_elems), dtype=jnp.float32, **replicated(base)),
     )
-    filter_grad, _workspace = jax.ffi.ffi_call(TARGET, out_types)(x_nhwc, dy_nhwc, **attributes)
+    filter_grad, _workspace = jax.ffi.ffi_call(target, out_types)(x_nhwc, dy_nhwc, **attributes)
     return filter_grad

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from winrs_jax import _ffi
-from winrs_jax.planner import Plan, PlannerOptions, plan_canonical
+from winrs_jax.planner import Plan, PlannerOptions, plan_canonical, plan_grouped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,18 +34,32 @@ class Layer:
     reference: str
     options: PlannerOptions
     stack: int = 0  # leading axes of stacked problems
+    # A direct grouped layer (Plan.method "direct"): its geometry, read in place by the kernels.
+    method: str = "winrs"
+    strides: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
-    """dW (... x K x FH x FW x C) of one device's problems, planned for their own shapes."""
+    """dW (... x K x FH x FW x C, of a grouped layer C / G) of one device's problems, planned for their own
+    shapes."""
     s = layer.stack
-    plan = plan_canonical(x.shape[s], tuple(x.shape[s + 1 : s + 3]), x.shape[s + 3], dy.shape[s + 3],
-                          layer.filter_hw, layer.pads, layer.path, layer.reference, layer.options)  # fmt: skip
+    stacked = tuple(np.broadcast_shapes(x.shape[:s], dy.shape[:s]))
+    batch, in_hw, in_c, out_c = x.shape[s], tuple(x.shape[s + 1 : s + 3]), x.shape[s + 3], dy.shape[s + 3]
+    if layer.method == "direct":
+        plan = plan_grouped(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.strides,
+                            layer.dilation, layer.groups, layer.path, layer.reference, layer.options,
+                            int(np.prod(stacked)))  # fmt: skip
+        target, dw_shape = _ffi.GROUPED_TARGET, (out_c, *layer.filter_hw, in_c // layer.groups)
+    else:
+        plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
+                              layer.options)  # fmt: skip
+        target, dw_shape = _ffi.TARGET, plan.filter_shape_ohwi
     if not plan.supported:  # shapes were validated for the whole problem; a shard cannot make them invalid
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
-    stacked = tuple(np.broadcast_shapes(x.shape[:s], dy.shape[:s]))
-    return _ffi.backward_filter_call(x, dy, stacked, plan.filter_shape_ohwi, plan.workspace_elems,
-                                     plan.ffi_attributes())  # fmt: skip
+    return _ffi.backward_filter_call(x, dy, stacked, dw_shape, plan.workspace_elems, plan.ffi_attributes(),
+                                     target)  # fmt: skip
 
 
 @functools.partial(custom_partitioning, static_argnums=(2,))
@@ -81,7 +95,10 @@ def _sharding_rule(layer: Layer, mesh: Any, operand_types: Any, result_types: An
     dy_lead = [f"s{i}" for i in range(s)]
     if not x_shared and all(d == 1 for d in operand_types[1].shape[:s]):
         dy_lead = [f"y{i}" for i in range(s)]
-    rule = " ".join([*x_lead, "n h w c, ", *dy_lead, "n p q k -> ", *[f"s{i}" for i in range(s)], "k i j c"])
+    dw_in = "e" if layer.groups > 1 else "c"  # a grouped layer's dW has one group's input channels
+    rule = " ".join(
+        [*x_lead, "n h w c, ", *dy_lead, "n p q k -> ", *[f"s{i}" for i in range(s)], f"k i j {dw_in}"]
+    )
     # Every factor but the batch must be replicated, listed in order of first appearance.
     factors = list(dict.fromkeys(rule.replace(",", " ").replace("->", " ").split()))
     return rule, dict(
@@ -138,10 +155,14 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     """dW (... x K x [FD x] FH x FW x C, float32) of a planned layer from X (... x N x [D x] H x W x C) and dY
     (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
 
-    A grouped layer runs its groups as stacked problems (X and dY regrouped group-major); a dilated or strided
+    A direct grouped plan runs as one call on the operands as they are. Another grouped layer runs its groups as
+    stacked problems (X and dY regrouped group-major); a dilated or strided
     one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper section 3, Level 2) becomes FD stacked
     2D problems, one per filter depth tap fd: the input's depth slices fd .. fd + OD - 1 and dY, each with batch
     and depth merged into N x OD images. dY is shared by the taps; the depth-shifted views of X are copies."""
+    if plan.method == "direct":
+        return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
+                                        "direct", plan.strides, plan.dilation, plan.groups))  # fmt: skip
     if plan.groups > 1:
         # ... x G x N x ... x C/G and ... x G x N x ... x K/G; dW ... x G x K/G x ... x C/G.
         regroup = lambda a: jax.numpy.moveaxis(a.reshape(*a.shape[:-1], plan.groups, -1), -2, stack)  # noqa: E731

@@ -266,6 +266,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
+            method=plan.method,
         ),
         sort_keys=True,
     )  # fmt: skip

@@ -82,7 +82,8 @@ class PlannerOptions:
     """Overrides for the planner.
 
     sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
-    segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments).
+    segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments), or the split count of
+        a direct grouped plan.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
@@ -152,6 +153,13 @@ class Plan:
     # A grouped layer (feature_group_count): everything above describes one group's problem; the groups run
     # stacked in one launch.
     groups: int = 1
+    # "winrs", or "direct" for a grouped layer with few input channels per group (winrs/grouped.h): each GPU
+    # thread sums a tile of filter taps (rows, columns) of one output channel directly over the batch, rows and
+    # columns, reading strides, dilation and padding in place; the sum is split into `splits` parts added at
+    # the end. channels then hold one group's (input, output) channels.
+    method: str = "winrs"
+    tile: tuple[int, int] = (0, 0)
+    splits: int = 0
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
 
@@ -166,6 +174,8 @@ class Plan:
 
     @property
     def workspace_bytes(self) -> int:
+        if self.method == "direct":
+            return 4 * self.workspace_elems
         if self.phases:
             per_group = (
                 max(phase.plan.workspace_bytes for phase in self.phases) * self.dilation[0] * self.dilation[1]
@@ -198,8 +208,15 @@ class Plan:
         return (self.channels[1], *self.filter_hw, self.channels[0])
 
     def ffi_attributes(self) -> dict[str, int]:
-        """The planner's inputs, from which the handler derives this same plan (cpp/ffi/launch.h)."""
+        """The planner's inputs, from which the handler derives this same plan (cpp/ffi/launch.h,
+        cpp/ffi/grouped_call.h)."""
         top, bottom, left, right = self.pads
+        if self.method == "direct":
+            return dict(
+                pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, stride_h=self.strides[0],
+                stride_w=self.strides[1], dilation_h=self.dilation[0], dilation_w=self.dilation[1],
+                groups=self.groups, path=PATHS.index(self.path), sm_count=self.sm_count, splits=self.forced_segments,
+            )  # fmt: skip
         return dict(
             pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
             reference=PATHS.index(self.reference), sm_count=self.sm_count, segments=self.forced_segments,
@@ -209,6 +226,8 @@ class Plan:
     def __str__(self) -> str:
         if not self.supported:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
+        if self.method == "direct":
+            return self._direct_text()
         if self.groups > 1:
             (c, k), g = self.channels, self.groups
             lines = str(dataclasses.replace(self, groups=1)).split("\n")
@@ -257,6 +276,23 @@ class Plan:
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]}{geometry} pads(t,b,l,r)={self.pads}",
         ]
+
+    def _direct_text(self) -> str:
+        (c, k), g, (th, tw) = self.channels, self.groups, self.tile
+        geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
+            f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
+        return "\n".join([
+            *self._head(geometry),
+            f"  grouped    {g} groups of {c} -> {k} channels"
+            + (" (depthwise)" if c == 1 else "")
+            + ": direct sums, no GEMM across channels (one launch, X and dY read in place: no copies)",
+            f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
+            f"as XLA's {self.reference} arithmetic",
+            f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8; "
+            f"the sum is split into {self.splits} parts",
+            f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32, "
+            "added in order with Kahan compensation)",
+        ])  # fmt: skip
 
     def _phases_text(self) -> str:
         if self.dilation != (1, 1):
@@ -358,8 +394,9 @@ def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[
     return allowed, allowed[0], ""
 
 
-def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
-    """Why WinRS cannot compute this layer's filter gradient, or ""."""
+def _unsupported(spec: ConvSpec, dtype: np.dtype, direct: bool) -> str:
+    """Why WinRS cannot compute this layer's filter gradient, or "" (`direct`: by the direct grouped kernels,
+    which take strides and dilation together)."""
     preferred = spec.preferred_element_type
     if preferred not in (None, np.dtype(np.float32), dtype):
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
@@ -370,7 +407,7 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype) -> str:
     if any(d != 1 for d in spec.lhs_dilation):
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
     if any(d != 1 for d in spec.rhs_dilation) and (
-        len(spec.rhs_dilation) == 3 or any(s != 1 for s in spec.window_strides)
+        len(spec.rhs_dilation) == 3 or (any(s != 1 for s in spec.window_strides) and not direct)
     ):
         return f"rhs dilation {spec.rhs_dilation} (dilated filter) with strides or in 3D"
     if len(spec.window_strides) not in (1, 2, 3):
@@ -390,11 +427,18 @@ def make_plan(
     if spec.xla_only:
         return Plan(supported=False, reason=spec.xla_only)
     paths, reference, reason = resolve_paths(dtype, spec.precision, options)
-    reason = reason or _unsupported(spec, np.dtype(dtype))
+    groups = spec.feature_group_count
+    rank = len(lhs_shape) - 2
+    dn = spec.dimension_numbers
+    in_c = lhs_shape[dn.lhs_spec[1]]
+    direct = _direct_path(dtype, options) if groups > 1 and rank != 3 else None
+    direct = direct if in_c // groups <= DIRECT_MAX_GROUP_CHANNELS else None
+    reason = reason or _unsupported(spec, np.dtype(dtype), direct is not None)
     if reason:
         return Plan(supported=False, reason=reason)
-    groups = spec.feature_group_count
-    if groups > 1:  # G independent problems of C / G -> K / G channels, stacked in one launch
+    if (
+        groups > 1 and direct is None
+    ):  # G independent problems of C / G -> K / G channels, stacked in one launch
         dn = spec.dimension_numbers
         lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)
         lhs_one[dn.lhs_spec[1]] //= groups
@@ -404,10 +448,8 @@ def make_plan(
         if not one.supported:
             return dataclasses.replace(one, reason=f"{groups} groups: {one.reason}")
         return dataclasses.replace(one, groups=groups, predicted_seconds=one.predicted_seconds * groups)
-    rank = len(lhs_shape) - 2
 
-    dn = spec.dimension_numbers
-    batch, in_c = lhs_shape[dn.lhs_spec[0]], lhs_shape[dn.lhs_spec[1]]
+    batch = lhs_shape[dn.lhs_spec[0]]
     out_c = rhs_shape[dn.rhs_spec[0]]
     in_hw = [lhs_shape[d] for d in dn.lhs_spec[2:]]
     filter_hw = [rhs_shape[d] for d in dn.rhs_spec[2:]]
@@ -423,6 +465,10 @@ def make_plan(
         batch *= depth[1]
         strides = strides[1:]  # all 1: _unsupported refuses strided 3D layers
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
+    if direct is not None:
+        return plan_grouped(batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat,
+                            (strides[0], strides[1]), (dilation[0], dilation[1]), groups, direct, reference,
+                            options)  # fmt: skip
     if rank != 3 and dilation != [1, 1]:
         return _dilated_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(dilation), paths,
                              reference, options)  # fmt: skip
@@ -453,6 +499,63 @@ def make_plan(
         return best
     seconds = best.predicted_seconds * max(depth[2], 1)
     return dataclasses.replace(best, depth=depth, depth_pads=tuple(depth_pads), predicted_seconds=seconds)
+
+
+# The most input channels per group the direct grouped kernels take (depthwise layers have 1, ResNeXt's 4 to
+# 32); wider groups run WinRS's GEMMs, stacked. The measured choice still compares either with XLA.
+DIRECT_MAX_GROUP_CHANNELS = 8
+# The path of each input dtype on the direct kernels: its storage type, with float32 FMA arithmetic.
+_DIRECT_PATHS = {
+    np.dtype(np.float32): "fp32",
+    np.dtype(jax.numpy.bfloat16): "bf16",
+    np.dtype(np.float16): "fp16",
+}
+
+
+def _direct_path(dtype: Any, options: PlannerOptions) -> str | None:
+    """The direct grouped kernels' path for the dtype, or None where the options force WinRS's kernels (a
+    tensor-core path or a kernel pair)."""
+    path = _DIRECT_PATHS.get(np.dtype(dtype))
+    if path is None or options.kernels is not None or options.path not in (None, path):
+        return None
+    return path
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_grouped(
+    batch: int, input_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int], strides: tuple[int, int], dilation: tuple[int, int], groups: int, path: str,
+    reference: str, options: PlannerOptions | None = None, stacked: int = 1,
+) -> Plan:  # fmt: skip
+    """The direct plan of a grouped 2D layer (cpp/winrs/grouped.h; X: N x H x W x in_c with all groups), as the
+    handler derives it for `stacked` problems in one call."""
+    options = options or PlannerOptions()
+    top, bottom, left, right = pads
+    out_hw = tuple(
+        (size + before + after - (taps - 1) * d - 1) // s + 1
+        for size, before, after, taps, s, d in zip(
+            input_hw, (top, left), (bottom, right), filter_hw, strides, dilation, strict=True
+        )
+    )
+    sm_count = options.sm_count or default_sm_count()
+    raw = _winrs.make_grouped_plan(
+        batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
+        filter_h=filter_hw[0], filter_w=filter_hw[1], groups=groups, pad_top=top, pad_bottom=bottom,
+        pad_left=left, pad_right=right, stride_h=strides[0], stride_w=strides[1], dilation_h=dilation[0],
+        dilation_w=dilation[1], path=PATHS.index(path), sm_count=sm_count, splits=options.segments or 0,
+        stacked=stacked,
+    )  # fmt: skip
+    if not raw["supported"]:
+        return Plan(
+            supported=False, reason=f"{groups} groups: {raw['reason']}", path=path, reference=reference
+        )
+    return Plan(
+        supported=True, reason="", batch=batch, input_hw=input_hw, out_grad_hw=(out_hw[0], out_hw[1]),
+        filter_hw=filter_hw, channels=(in_c // groups, out_c // groups), pads=pads, path=path, reference=reference,
+        sm_count=sm_count, forced_segments=options.segments or 0, workspace_elems=raw["workspace_elems"],
+        predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
+        method="direct", tile=raw["tile"], splits=raw["splits"],
+    )  # fmt: skip
 
 
 def _strided_plan(

@@ -213,6 +213,11 @@ SUITE_GROUPED = [
     dataclasses.replace(Shape.square(64, 28, 256, 7, "ConvNeXt depthwise 7x7"), groups=256),
     dataclasses.replace(Shape.square(64, 56, 128, 3, "MobileNet depthwise 3x3"), groups=128),
     dataclasses.replace(Shape.square(64, 56, 128, 3, "ResNeXt 32 groups 3x3"), groups=32),
+    dataclasses.replace(
+        Shape.square(128, 112, 96, 3, "MobileNetV2 depthwise 3x3 stride 2"), groups=96, stride=2
+    ),
+    dataclasses.replace(Shape.square(128, 14, 672, 5, "EfficientNet-B0 depthwise 5x5"), groups=672),
+    Shape(32, 56, 56, 64, 128, 3, 3, "depthwise 3x3, multiplier 2", groups=64),
 ]
 
 SUITES = {

@@ -1,0 +1,112 @@
+// The direct grouped filter gradient on the GPU (winrs/grouped.h): one kernel template over the storage type
+// and the thread's tap tile, then the Kahan sum of the splits (dispatch.cu's bucket reduction).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "cuda/device.cuh"
+#include "cuda/omega.h"
+#include "winrs/grouped.h"
+
+namespace winrs::cuda {
+namespace {
+
+template <typename T>
+struct DeviceElem {
+  __device__ static float get(const T* __restrict__ p, int64_t i) { return to_float(p[i]); }
+};
+
+// Block: kGroupedLanes output channels x kGroupedSlots warps summing interleaved column chunks of the same
+// task; grid: channel blocks x units x (stacked problems x splits).
+template <typename T, int TW, bool kUnitColumns>
+__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots)
+    grouped_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x, const T* __restrict__ dy,
+                   float* dw, float* workspace, long long input_stride, long long grad_stride) {
+  constexpr int TH = grouped_tile_rows(TW);
+  __shared__ float partial[kGroupedSlots - 1][TH * TW][kGroupedLanes];
+  const int lane = threadIdx.x, slot = threadIdx.y;
+  const int64_t k = int64_t(blockIdx.x) * kGroupedLanes + lane;
+  const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
+  const bool active = k < p.out_c;
+  const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
+  float acc[TH][TW] = {};
+  if (active)
+    grouped_sum<TW, kUnitColumns, DeviceElem<T>>(p, plan, x + problem * input_stride,
+                                                 dy + problem * grad_stride, t, split * kGroupedSlots + slot,
+                                                 acc);
+  if (slot > 0) {
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int j = 0; j < TW; ++j) partial[slot - 1][r * TW + j][lane] = acc[r][j];
+  }
+  __syncthreads();
+  if (slot != 0 || !active) return;
+#pragma unroll
+  for (int s = 0; s < kGroupedSlots - 1; ++s)  // the CPU executor's order
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int j = 0; j < TW; ++j) acc[r][j] += partial[s][r * TW + j][lane];
+  const int64_t dw_elems = p.filter_elems();
+  float* out = split == 0 ? dw + problem * dw_elems
+                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  grouped_store<TW>(p, t, acc, out);
+}
+
+// Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
+template <typename T>
+cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
+                           float* workspace, long long first, long long count, cudaStream_t stream) {
+  const GroupedProblem& p = op.problem;
+  const GroupedPlan& plan = op.plan;
+  return dispatch_grouped(p, plan, [&](auto tile_w, auto unit) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(plan.channel_blocks), unsigned(plan.units), unsigned(count * plan.splits));
+    config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
+    config.stream = stream;
+    return cudaLaunchKernelEx(
+        &config, grouped_kernel<T, decltype(tile_w)::value, decltype(unit)::value>, p, plan,
+        static_cast<const T*>(input) + first * op.input_stride,
+        static_cast<const T*>(out_grad) + first * op.grad_stride, filter_grad + first * p.filter_elems(),
+        workspace + first * plan.workspace_elems, static_cast<long long>(op.input_stride),
+        static_cast<long long>(op.grad_stride));
+  });
+}
+
+template <typename T>
+cudaError_t launch_all(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
+                       float* workspace, cudaStream_t stream) {
+  const long long per_launch = 65535 / op.plan.splits;
+  for (long long first = 0; first < op.stacked; first += per_launch)
+    if (cudaError_t e = launch_storage<T>(op, input, out_grad, filter_grad, workspace, first,
+                                          std::min(per_launch, op.stacked - first), stream);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
+                        float* workspace, cudaStream_t stream, const char** stage) {
+  *stage = "grouped kernel launch";
+  cudaError_t e = cudaSuccess;
+  switch (path_info(op.plan.path).storage) {
+    case Storage::kBF16:
+      e = launch_all<__nv_bfloat16>(op, input, out_grad, filter_grad, workspace, stream);
+      break;
+    case Storage::kF16:
+      e = launch_all<__half>(op, input, out_grad, filter_grad, workspace, stream);
+      break;
+    default:
+      e = launch_all<float>(op, input, out_grad, filter_grad, workspace, stream);
+  }
+  if (e != cudaSuccess || op.plan.splits == 1) return e;
+  *stage = "split reduction launch";
+  return launch_bucket_reduction(filter_grad, workspace, op.stacked, op.problem.filter_elems(),
+                                 int(op.plan.splits), stream);
+}
+
+}  // namespace winrs::cuda

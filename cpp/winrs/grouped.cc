@@ -1,0 +1,90 @@
+#include "grouped.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace winrs {
+namespace {
+
+constexpr int64_t kMaxGrid = 65535;  // gridDim.y and gridDim.z (the launcher splits stacked problems)
+// Blocks per SM the split count aims for (16 resident blocks of 128 threads fill an SM; fewer leave room for
+// the register file), and the least column chunks a worker should sum.
+constexpr int64_t kBlocksPerSm = 12, kMinChunksPerWorker = 4;
+// Workspace cap: the partial dWs of all splits, in float32 elements (64 MiB).
+constexpr int64_t kMaxWorkspaceElems = int64_t(16) << 20;
+// Throughputs of the cost model (H100 SXM, 132 SMs): FP32 FMA at about half of the 67 TFLOP/s peak (the
+// kernel issues a load per 2 to 8 FMAs), and HBM.
+constexpr double kFlops = 30e12, kBytesPerSecond = 3.0e12;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, GroupedOp* op) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (options.path != Path::kFp32 && options.path != Path::kBf16 && options.path != Path::kFp16)
+    return "the direct grouped kernels read float32, bfloat16 or float16 (paths fp32, bf16, fp16)";
+  for (int i = 0; i < 4; ++i)
+    if (s.input[i] < 1 || s.out_grad[i] < 1 || s.filter_grad[i] < 1 || s.input[i] > kIntMax ||
+        s.out_grad[i] > kIntMax || s.filter_grad[i] > kIntMax)
+      return "every dimension must be between 1 and 2^31 - 1";
+  if (s.groups < 1 || s.input[3] % s.groups != 0 || s.out_grad[3] % s.groups != 0)
+    return "input and output channels must be multiples of the group count";
+  if (s.filter_grad[3] * s.groups != s.input[3])
+    return "filter gradient's input channels times the groups must equal the input's channels";
+  if (s.input[0] != s.out_grad[0]) return "input and output gradient have different batch sizes";
+  if (s.filter_grad[0] != s.out_grad[3])
+    return "filter gradient and output gradient have different output channels";
+  for (int64_t v : {s.strides[0], s.strides[1], s.dilation[0], s.dilation[1]})
+    if (v < 1 || v > kIntMax) return "strides and dilations must be positive";
+  for (int64_t v : s.pads)
+    if (v < -kIntMax || v > kIntMax) return "padding out of range";
+  for (int d = 0; d < 2; ++d) {
+    const int64_t size =
+        s.input[1 + d] + s.pads[2 * d] + s.pads[2 * d + 1] - (s.filter_grad[1 + d] - 1) * s.dilation[d];
+    if (size < 1 || (size - 1) / s.strides[d] + 1 != s.out_grad[1 + d])
+      return "output gradient's spatial size does not match input, filter, padding, stride and dilation";
+  }
+  if (s.stacked < 1) return "number of stacked problems out of range";
+
+  GroupedProblem& p = op->problem;
+  p = GroupedProblem{s.input[0],    s.input[1],    s.input[2],       s.input[3],       s.out_grad[1],
+                     s.out_grad[2], s.out_grad[3], s.filter_grad[1], s.filter_grad[2], s.filter_grad[3],
+                     s.groups,      s.pads[0],     s.pads[2],        s.strides[0],     s.strides[1],
+                     s.dilation[0], s.dilation[1]};
+  op->stacked = s.stacked;
+  op->input_stride = s.input_shared ? 0 : p.input_elems();
+  op->grad_stride = s.grad_shared ? 0 : p.grad_elems();
+
+  GroupedPlan& plan = op->plan;
+  plan = GroupedPlan{};
+  plan.path = options.path;
+  plan.tiles_w = ceil_div(p.filter_w, kGroupedMaxTileW);
+  plan.tile_w = int(ceil_div(p.filter_w, plan.tiles_w));
+  plan.tile_h = grouped_tile_rows(plan.tile_w);
+  plan.tiles_h = ceil_div(p.filter_h, plan.tile_h);
+  plan.units = plan.tiles_h * plan.tiles_w * p.group_c;
+  if (plan.units > kMaxGrid) return "too many filter taps and input channels per group for one launch";
+  plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes);
+  plan.chunks_w = ceil_div(p.out_w, kGroupedChunk);
+  plan.items = p.batch * p.out_h * plan.chunks_w;
+
+  const int64_t sm_count = std::max(1, options.sm_count);
+  const int64_t blocks = plan.channel_blocks * plan.units * op->stacked;
+  int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
+  if (options.splits <= 0) {
+    splits = std::min(splits, std::max<int64_t>(1, plan.items / (kGroupedSlots * kMinChunksPerWorker)));
+    splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
+  }
+  plan.splits = std::max<int64_t>(1, std::min({splits, plan.items, kMaxGrid}));
+  plan.workspace_elems = (plan.splits - 1) * p.filter_elems();
+
+  const double element = storage_bytes(plan.path);
+  const double flops = 2.0 * double(plan.items) * kGroupedChunk * double(p.out_c) * double(plan.units) *
+                       plan.tile_h * plan.tile_w * double(op->stacked);
+  const double bytes = element * double(op->stacked) * double(p.input_elems() + p.grad_elems());
+  plan.predicted_seconds = std::max(flops / kFlops, bytes / kBytesPerSecond) * 132.0 / double(sm_count);
+  return {};
+}
+
+}  // namespace winrs

@@ -1,0 +1,210 @@
+"""Grouped and depthwise layers on the direct kernels (cpp/winrs/grouped.h): the CPU handler runs the same
+tasks, splits and FP32 sums as the CUDA kernel, so these tests check its index math on every CI run."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import winrs_jax
+from winrs_jax import _ffi
+from winrs_jax.planner import PlannerOptions
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _reference(x, dy, filter_hw, strides, pads, dilation, groups):
+    """float64 dW (FH x FW x C/G x K, HWIO) of X (N x H x W x C) and dY (N x OH x OW x K), summed directly."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    (top, bottom), (left, right) = pads
+    xp = np.pad(x, ((0, 0), (max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0)), (0, 0)))
+    xp = xp[:, max(-top, 0) : xp.shape[1] - max(-bottom, 0), max(-left, 0) : xp.shape[2] - max(-right, 0)]
+    n, oh, ow, k = dy.shape
+    c = x.shape[3]
+    dw = np.zeros((*filter_hw, c // groups, k))
+    for i in range(filter_hw[0]):
+        for j in range(filter_hw[1]):
+            rows = slice(i * dilation[0], i * dilation[0] + (oh - 1) * strides[0] + 1, strides[0])
+            cols = slice(j * dilation[1], j * dilation[1] + (ow - 1) * strides[1] + 1, strides[1])
+            window = xp[:, rows, cols, :].reshape(n, oh, ow, groups, c // groups)
+            grad = dy.reshape(n, oh, ow, groups, k // groups)
+            dw[i, j] = np.einsum("nhwgc,nhwgk->cgk", window, grad).reshape(c // groups, k)
+    return dw
+
+
+def _filter_grad(x, dy, w_shape, strides, pads, dilation, groups, options=None, dn=NHWC):
+    return winrs_jax.conv_backward_filter(x, dy, rhs_shape=w_shape, window_strides=strides, padding=pads,
+                                          rhs_dilation=dilation, dimension_numbers=dn, feature_group_count=groups,
+                                          options=options)  # fmt: skip
+
+
+CASES = [
+    # x shape (NHWC), filter (FH, FW), channel multiplier, groups, strides, padding, dilation
+    ((2, 12, 13, 8), (3, 3), 1, 8, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # depthwise 3x3
+    ((2, 12, 13, 8), (3, 3), 2, 8, (2, 2), ((1, 1), (1, 1)), (1, 1)),  # multiplier 2, stride 2
+    ((1, 15, 16, 6), (5, 5), 3, 6, (3, 2), ((2, 2), (2, 1)), (1, 1)),  # multiplier 3, strides 3 and 2
+    ((2, 17, 19, 4), (3, 3), 4, 4, (4, 4), ((0, 1), (2, 0)), (1, 1)),  # multiplier 4, stride 4
+    ((2, 16, 18, 8), (3, 3), 1, 8, (1, 1), ((2, 2), (3, 3)), (2, 3)),  # dilations 2 and 3
+    ((1, 20, 21, 4), (3, 3), 1, 4, (2, 2), ((2, 2), (2, 2)), (2, 2)),  # dilation with stride (lax's DeepLab)
+    ((1, 40, 40, 3), (31, 31), 1, 3, (1, 1), ((15, 15), (15, 15)), (1, 1)),  # RepLKNet 31x31
+    ((2, 18, 20, 4), (11, 13), 1, 4, (1, 1), ((5, 5), (6, 6)), (1, 1)),  # prime widths
+    ((2, 10, 11, 4), (1, 7), 1, 4, (1, 1), ((0, 0), (3, 3)), (1, 1)),  # one row, seven taps
+    ((2, 12, 13, 8), (3, 3), 1, 2, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # 2 groups of 4 channels
+    ((2, 12, 13, 16), (3, 3), 2, 4, (2, 1), ((1, 1), (1, 1)), (1, 1)),  # 4 groups of 4 -> 8
+    ((2, 9, 10, 24), (2, 5), 1, 3, (1, 1), ((0, 1), (2, 2)), (1, 1)),  # 3 groups of 8 (the widest direct)
+    ((2, 7, 9, 40), (3, 3), 1, 40, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # 40 channels: a part-filled warp
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+def test_direct_grouped_filter_gradient_matches_float64(case, rng):
+    x_shape, filter_hw, multiplier, groups, strides, pads, dilation = case
+    c = x_shape[3]
+    w_shape = (*filter_hw, c // groups, c * multiplier)
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    out = jax.eval_shape(lambda x: lax.conv_general_dilated(x, jnp.zeros(w_shape), strides, pads,
+                                                            rhs_dilation=dilation, dimension_numbers=NHWC,
+                                                            feature_group_count=groups), x)  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    fn = jax.jit(functools.partial(_filter_grad, w_shape=w_shape, strides=strides, pads=pads, dilation=dilation,
+                                   groups=groups))  # fmt: skip
+    got = np.asarray(fn(x, dy))
+    expected = _reference(x, dy, filter_hw, strides, pads, dilation, groups)
+    # FP32 sums of at most a few thousand products of N(0, 1) values: relative to the largest entry, 1e-5.
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    assert "winrs_grouped_filter_grad" in fn.lower(x, dy).as_text()
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.float32), strides, pads, rhs_dilation=dilation,
+                          dimension_numbers=NHWC, feature_group_count=groups)  # fmt: skip
+    assert plan.method == "direct" and plan.groups == groups
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_sixteen_bit_inputs_are_summed_in_float32(dtype, rng):
+    """bfloat16 and float16 inputs are exact in float32; dW is rounded once, to the filter's dtype, as XLA's."""
+    x = jnp.asarray(rng.uniform(0, 1, (4, 20, 21, 16)), dtype)
+    dy = jnp.asarray(rng.uniform(0, 1, (4, 20, 21, 16)) * 1e-2, dtype)
+    pads = ((1, 1), (1, 1))
+    got = _filter_grad(x, dy, (3, 3, 1, 16), (1, 1), pads, (1, 1), 16)
+    assert got.dtype == dtype
+    expected = _reference(x, dy, (3, 3), (1, 1), pads, (1, 1), 16)
+    rel = np.abs(np.asarray(got, np.float64) - expected) / np.abs(expected)
+    assert rel.max() <= 2.0 ** -(8 if dtype == jnp.bfloat16 else 11)  # half an ulp of the output type
+
+
+@pytest.mark.parametrize(
+    "layout", [("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NCHW"), ("NCH", "OIH", "NCH")]
+)
+def test_layouts_and_one_d_causal_match_lax(layout, rng):
+    one_d = len(layout[0]) == 3
+    x_shape, w_shape = ((3, 12, 40), (12, 1, 4)) if one_d else ((2, 12, 9, 10), (24, 1, 3, 3))
+    if layout[0] == "NHWC":
+        x_shape, w_shape = (2, 9, 10, 12), (24, 3, 3, 1)
+    pads = ((3, 0),) if one_d else ((1, 1), (2, 0))  # 1D causal as Mamba's: (k - 1, 0)
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
+    args = dict(window_strides=(1,) * (len(x_shape) - 2), padding=pads, dimension_numbers=layout,
+                feature_group_count=12)  # fmt: skip
+
+    def loss(conv, w, x):
+        return jnp.sum(jnp.sin(conv(x, w, **args)))
+
+    got = jax.jit(jax.grad(functools.partial(loss, winrs_jax.conv)))(w, x)
+    expected = jax.grad(functools.partial(loss, lax.conv_general_dilated))(w, x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    plan = winrs_jax.plan(x, w, **args)
+    assert plan.method == "direct" and "(depthwise)" in str(plan)
+
+
+def test_ensemble_under_vmap_runs_stacked_in_one_call(rng):
+    """Both operands mapped (an ensemble of depthwise layers): one direct call with a leading axis."""
+    x = jnp.asarray(rng.standard_normal((3, 2, 10, 11, 8)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((3, 3, 3, 1, 8)), jnp.float32)
+    args = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=8)
+
+    def loss(conv, w, x):
+        return jnp.sum(jnp.sin(conv(x, w, **args)))
+
+    fn = jax.vmap(jax.grad(functools.partial(loss, winrs_jax.conv)))
+    got = jax.jit(fn)(w, x)
+    expected = jax.vmap(jax.grad(functools.partial(loss, lax.conv_general_dilated)))(w, x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    hlo = jax.jit(fn).lower(w, x).as_text()
+    assert hlo.count("winrs_grouped_filter_grad") == 1
+
+
+def test_splits_are_added_with_kahan_compensation():
+    """Split 0's partial sum is 2^24 and each of 7 other splits adds 1: summed plainly in float32 every 1 is
+    lost (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing of 2 there."""
+    splits, chunk, slots = 8, 8, 4
+    width = splits * slots * chunk  # one column chunk per worker (split x warp)
+    dy = np.zeros((1, 1, width, 1), np.float32)
+    dy[0, 0, 0, 0] = 2.0**24  # worker 0: split 0
+    for split in range(1, splits):
+        dy[0, 0, split * slots * chunk, 0] = 1.0  # the first worker of each other split
+    options = PlannerOptions(segments=splits)
+    direct = winrs_jax.planner.plan_grouped(1, (1, width), 2, 2, (1, 1), (0, 0, 0, 0), (1, 1), (1, 1), 2, "fp32",
+                                            "fp32", options)  # fmt: skip
+    assert direct.splits == splits
+    x2, dy2 = jnp.ones((1, 1, width, 2), jnp.float32), jnp.asarray(np.repeat(dy, 2, axis=3))
+    dw = _ffi.backward_filter_call(x2, dy2, (), (2, 1, 1, 1), direct.workspace_elems, direct.ffi_attributes(),
+                                   _ffi.GROUPED_TARGET)  # fmt: skip
+    exact = 2.0**24 + splits - 1
+    assert np.all(np.abs(np.asarray(dw, np.float64) - exact) <= 1.0)  # plain summation is off by 7
+
+
+def test_plan_printout_names_the_direct_kernels():
+    x = jax.ShapeDtypeStruct((16, 28, 28, 64), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((7, 7, 1, 64), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=64)
+    text = str(plan)
+    assert plan.method == "direct" and plan.tile == (3, 7)
+    assert "64 groups of 1 -> 1 channels (depthwise)" in text and "no copies" in text
+    assert (
+        f"split into {plan.splits} parts" in text and plan.workspace_bytes == 4 * (plan.splits - 1) * 64 * 49
+    )
+
+
+def test_wide_groups_stay_on_winrs_gemms(rng):
+    """More than 8 input channels per group: the groups run as stacked WinRS problems."""
+    x = jax.ShapeDtypeStruct((2, 12, 13, 24), jnp.float32)
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 12, 6), jnp.float32), (1, 1), "SAME",
+                          dimension_numbers=NHWC, feature_group_count=2)  # fmt: skip
+    assert plan.method == "winrs" and plan.groups == 2
+
+
+def _grouped_attrs(**overrides):
+    attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, dilation_h=1,
+                 dilation_w=1, groups=4, path=0, sm_count=132, splits=1)  # fmt: skip
+    attrs.update(overrides)
+    return attrs
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(groups=3), "multiples of the group count"),
+        (dict(groups=2), "times the groups must equal"),
+        (dict(stride_h=0), "strides and dilations must be positive"),
+        (dict(pad_top=2), "spatial size does not match"),
+        (dict(path=2), "paths fp32, bf16, fp16"),
+        (dict(path=3), "element type of path bf16"),
+        (dict(splits=2), "workspace size"),
+        (dict(sm_count=0), "planner attribute out of range"),
+    ],
+)
+def test_grouped_handler_rejects_inconsistent_inputs(overrides, message):
+    x, dy = jnp.ones((2, 8, 8, 4), jnp.float32), jnp.ones((2, 8, 8, 4), jnp.float32)
+    with pytest.raises(Exception, match=f"winrs_grouped_filter_grad: .*{message}"):
+        np.asarray(_ffi.backward_filter_call(x, dy, (), (4, 3, 3, 1), 0, _grouped_attrs(**overrides),
+                                             _ffi.GROUPED_TARGET))  # fmt: skip
+
+
+def test_grouped_handler_counts_the_taps_it_meets():
+    x, dy = jnp.ones((2, 8, 8, 4), jnp.float32), jnp.ones((2, 8, 8, 4), jnp.float32)
+    dw = np.asarray(
+        _ffi.backward_filter_call(x, dy, (), (4, 3, 3, 1), 0, _grouped_attrs(), _ffi.GROUPED_TARGET)
+    )
+    assert dw[0, 1, 1, 0] == 2 * 8 * 8 and dw[0, 0, 1, 0] == 2 * 7 * 8 and dw[3, 0, 0, 0] == 2 * 7 * 7
