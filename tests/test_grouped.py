@@ -135,10 +135,12 @@ def test_ensemble_under_vmap_runs_stacked_in_one_call(rng):
     assert hlo.count("winrs_grouped_filter_grad") == 1
 
 
-def test_splits_are_added_with_kahan_compensation():
-    """Split 0's partial sum is 2^24 and each of 7 other splits adds 1: summed plainly in float32 every 1 is
-    lost (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing of 2 there."""
-    splits, chunk, slots = 8, 8, 4
+@pytest.mark.parametrize("splits", [8, 100])
+def test_splits_are_added_with_compensation(splits):
+    """Split 0's partial sum is 2^24 and each other split adds 1: summed plainly in float32 every 1 is lost
+    (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing of 2 there. 8 splits
+    are added by one thread (Kahan), 100 by 32 lanes whose sums merge in a tree (TwoSum)."""
+    chunk, slots = 8, 4
     width = splits * slots * chunk  # one column chunk per worker (split x warp)
     dy = np.zeros((1, 1, width, 1), np.float32)
     dy[0, 0, 0, 0] = 2.0**24  # worker 0: split 0
@@ -152,7 +154,7 @@ def test_splits_are_added_with_kahan_compensation():
     dw = _ffi.backward_filter_call(x2, dy2, (), (2, 1, 1, 1), direct.workspace_elems, direct.ffi_attributes(),
                                    _ffi.GROUPED_TARGET)  # fmt: skip
     exact = 2.0**24 + splits - 1
-    assert np.all(np.abs(np.asarray(dw, np.float64) - exact) <= 1.0)  # plain summation is off by 7
+    assert np.all(np.abs(np.asarray(dw, np.float64) - exact) <= 1.0)  # plain summation is off by splits - 1
 
 
 def test_plan_printout_names_the_direct_kernels():
@@ -160,7 +162,7 @@ def test_plan_printout_names_the_direct_kernels():
     w = jax.ShapeDtypeStruct((7, 7, 1, 64), jnp.bfloat16)
     plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=64)
     text = str(plan)
-    assert plan.method == "direct" and plan.tile == (3, 7)
+    assert plan.method == "direct" and plan.tile == (7, 7)
     assert "64 groups of 1 -> 1 channels (depthwise)" in text and "no copies" in text
     assert (
         f"split into {plan.splits} parts" in text and plan.workspace_bytes == 4 * (plan.splits - 1) * 64 * 49

@@ -1,5 +1,6 @@
 #include "cpu/grouped.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "winrs/numeric.h"
@@ -49,10 +50,22 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
     }
   });
   if (plan.splits == 1) return;
-  parallel_for(op.stacked, [&](int64_t problem) {
+  // The splits' sum, as the CUDA split reduction adds them (winrs/reduction.h): same lanes, same tree.
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (dw_elems + kBlock - 1) / kBlock;
+  const int lanes = split_sum_lanes(plan.splits);
+  parallel_for(op.stacked * blocks, [&](int64_t task) {
+    const int64_t problem = task / blocks, first = (task % blocks) * kBlock;
     float* dw = b.filter_grad + problem * dw_elems;
     const float* ws = b.workspace + problem * plan.workspace_elems;
-    for (int64_t e = 0; e < dw_elems; ++e) dw[e] = kahan_bucket_sum(dw, ws, dw_elems, plan.splits, e);
+    for (int64_t e = first; e < std::min(first + kBlock, dw_elems); ++e) {
+      auto partial = [&](int64_t s) { return s == 0 ? dw[e] : ws[(s - 1) * dw_elems + e]; };
+      Compensated sums[32];
+      for (int lane = 0; lane < lanes; ++lane) sums[lane] = lane_sum(partial, plan.splits, lane, lanes);
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        for (int lane = 0; lane < offset; ++lane) sums[lane] = merge(sums[lane], sums[lane + offset]);
+      dw[e] = sums[0].value();
+    }
   });
 }
 

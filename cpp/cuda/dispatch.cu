@@ -54,8 +54,6 @@ __global__ void bucket_reduction_kernel(float* filter_grad, const float* workspa
   }
 }
 
-}  // namespace
-
 cudaError_t launch_bucket_reduction(float* filter_grad, const float* workspace, long long groups,
                                     long long bucket_elems, int buckets, cudaStream_t stream) {
   constexpr int kBlock = 256;
@@ -67,6 +65,8 @@ cudaError_t launch_bucket_reduction(float* filter_grad, const float* workspace, 
   return cudaLaunchKernelEx(&config, bucket_reduction_kernel, filter_grad, workspace, groups, bucket_elems,
                             buckets);
 }
+
+}  // namespace
 
 cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, const void* out_grad,
                                 float* filter_grad, float* workspace, cudaStream_t stream,

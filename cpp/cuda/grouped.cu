@@ -8,6 +8,7 @@
 #include "cuda/device.cuh"
 #include "cuda/omega.h"
 #include "winrs/grouped.h"
+#include "winrs/reduction.h"
 
 namespace winrs::cuda {
 namespace {
@@ -53,6 +54,44 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots)
   float* out = split == 0 ? dw + problem * dw_elems
                           : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
   grouped_store<TW>(p, t, acc, out);
+}
+
+// dW = the compensated sum of the splits (winrs/reduction.h), Lanes threads per element, for every stacked
+// problem; the CPU executor adds them in the same lanes and tree.
+template <int Lanes>
+__global__ void split_sum_kernel(float* filter_grad, const float* workspace, long long problems,
+                                 long long dw_elems, long long splits) {
+  const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const long long element = thread / Lanes;  // over all problems
+  const int lane = int(thread % Lanes);
+  const bool active = element < problems * dw_elems;
+  const long long problem = active ? element / dw_elems : 0, e = active ? element % dw_elems : 0;
+  float* dw = filter_grad + problem * dw_elems;
+  const float* ws = workspace + problem * (splits - 1) * dw_elems;
+  auto partial = [&](long long s) { return s == 0 ? dw[e] : ws[(s - 1) * dw_elems + e]; };
+  Compensated sum = lane_sum(partial, active ? splits : 0, lane, Lanes);
+#pragma unroll
+  for (int offset = Lanes / 2; offset > 0; offset /= 2) {
+    const Compensated other{__shfl_down_sync(0xffffffffu, sum.sum, offset),
+                            __shfl_down_sync(0xffffffffu, sum.error, offset)};
+    if (lane < offset) sum = merge(sum, other);
+  }
+  if (active && lane == 0) dw[e] = sum.value();
+}
+
+cudaError_t launch_split_sum(const GroupedOp& op, float* filter_grad, const float* workspace,
+                             cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const long long elements = op.stacked * op.problem.filter_elems();
+  const int lanes = split_sum_lanes(op.plan.splits);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned((elements * lanes + kBlock - 1) / kBlock));
+  config.blockDim = dim3(kBlock);
+  config.stream = stream;
+  return lanes == 32 ? cudaLaunchKernelEx(&config, split_sum_kernel<32>, filter_grad, workspace, op.stacked,
+                                          op.problem.filter_elems(), op.plan.splits)
+                     : cudaLaunchKernelEx(&config, split_sum_kernel<1>, filter_grad, workspace, op.stacked,
+                                          op.problem.filter_elems(), op.plan.splits);
 }
 
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
@@ -105,8 +144,7 @@ cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_
   }
   if (e != cudaSuccess || op.plan.splits == 1) return e;
   *stage = "split reduction launch";
-  return launch_bucket_reduction(filter_grad, workspace, op.stacked, op.problem.filter_elems(),
-                                 int(op.plan.splits), stream);
+  return launch_split_sum(op, filter_grad, workspace, stream);
 }
 
 }  // namespace winrs::cuda

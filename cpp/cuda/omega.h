@@ -35,11 +35,6 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
                                 float* filter_grad, float* workspace, cudaStream_t stream,
                                 const char** stage);
 
-// dW = Kahan sum of bucket 0 (dW itself) and buckets 1.. (the workspace, (buckets - 1) x bucket_elems per
-// problem), for each of `groups` stacked problems.
-cudaError_t launch_bucket_reduction(float* filter_grad, const float* workspace, long long groups,
-                                    long long bucket_elems, int buckets, cudaStream_t stream);
-
 // The direct grouped filter gradient (winrs/grouped.h) of every stacked problem, then the sum of its splits.
 cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
                         float* workspace, cudaStream_t stream, const char** stage);

@@ -38,7 +38,7 @@ struct GroupedProblem {
 inline constexpr int kGroupedChunk = 8;
 inline constexpr int kGroupedMaxTileW = 8;
 WINRS_HD constexpr int grouped_tile_rows(int tile_w) {
-  return tile_w <= 2 ? 8 : tile_w == 3 ? 6 : tile_w <= 6 ? 4 : 3;
+  return tile_w <= 2 ? 8 : tile_w == 6 || tile_w == 8 ? 4 : tile_w;  // square tiles for 3x3, 5x5 and 7x7
 }
 // CUDA block: 32 consecutive output channels (one warp, coalesced NHWC loads) x kGroupedSlots warps that take
 // interleaved chunks of the same rows and sum their partial taps in a fixed order.
@@ -102,34 +102,47 @@ WINRS_HD inline GroupedTask grouped_task(const GroupedProblem& p, const GroupedP
   return {k, c, (tile / plan.tiles_w) * plan.tile_h, (tile % plan.tiles_w) * plan.tile_w};
 }
 
-// Adds to acc the products of task t over the column chunks worker, worker + workers, ... (of plan.items).
-// Elem::get(pointer, index) reads one storage element as a float; the CPU and the kernel supply their own.
-// Taps beyond the filter (the last tile's) are summed too and never written.
+// Adds to acc the products of task t over the worker's share of the column chunks: a contiguous range of
+// plan.items, walked row by row (so that one warp meets the same X rows again while they are in L1). Loads
+// are bounds-checked only where a chunk's window crosses the padding or the edge. Elem::get(pointer, index)
+// reads one storage element as a float; the CPU and the kernel supply their own. Taps beyond the filter (the
+// last tile's) are summed too and never written.
 template <int TW, bool kUnitColumns, typename Elem, typename T>
 WINRS_HD void grouped_sum(const GroupedProblem& p, const GroupedPlan& plan, const T* x, const T* dy,
                           const GroupedTask& t, int64_t worker, float (&acc)[grouped_tile_rows(TW)][TW]) {
-  constexpr int TH = grouped_tile_rows(TW), C = kGroupedChunk;
+  constexpr int TH = grouped_tile_rows(TW), C = kGroupedChunk, U = C + TW - 1;
   const int64_t x_channel = (t.k / (p.out_c / p.groups)) * p.group_c + t.c;
-  for (int64_t item = worker; item < plan.items; item += plan.workers()) {
-    const int64_t chunk = item % plan.chunks_w, row = item / plan.chunks_w;
-    const int64_t oh = row % p.out_h, n = row / p.out_h, ow0 = chunk * C;
+  const int64_t begin = worker * plan.items / plan.workers(),
+                end = (worker + 1) * plan.items / plan.workers();
+  int64_t chunk = begin % plan.chunks_w, oh = (begin / plan.chunks_w) % p.out_h;
+  int64_t n = begin / plan.chunks_w / p.out_h;
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t ow0 = chunk * C;
     const T* dy_row = dy + ((n * p.out_h + oh) * p.out_w) * p.out_c + t.k;
     float g[C];
-    WINRS_UNROLL
-    for (int i = 0; i < C; ++i) g[i] = ow0 + i < p.out_w ? Elem::get(dy_row, (ow0 + i) * p.out_c) : 0.0f;
+    if (ow0 + C <= p.out_w) {
+      WINRS_UNROLL
+      for (int i = 0; i < C; ++i) g[i] = Elem::get(dy_row, (ow0 + i) * p.out_c);
+    } else {
+      WINRS_UNROLL
+      for (int i = 0; i < C; ++i) g[i] = ow0 + i < p.out_w ? Elem::get(dy_row, (ow0 + i) * p.out_c) : 0.0f;
+    }
     WINRS_UNROLL
     for (int r = 0; r < TH; ++r) {
       const int64_t kh = t.kh0 + r, ih = oh * p.stride_h + kh * p.dilation_h - p.pad_top;
       if (kh >= p.filter_h || ih < 0 || ih >= p.in_h) continue;
       const T* x_row = x + ((n * p.in_h + ih) * p.in_w) * p.in_c + x_channel;
       if constexpr (kUnitColumns) {
-        // X columns ow0 + kw0 - pad_left + u, u < C + TW - 1: tap j meets X[u = i + j] with dY[i].
+        // X columns first + u, u < C + TW - 1: tap j meets X[first + i + j] with dY[ow0 + i].
         const int64_t first = ow0 + t.kw0 - p.pad_left;
-        float w[C + TW - 1];
-        WINRS_UNROLL
-        for (int u = 0; u < C + TW - 1; ++u) {
-          const int64_t iw = first + u;
-          w[u] = iw >= 0 && iw < p.in_w ? Elem::get(x_row, iw * p.in_c) : 0.0f;
+        float w[U];
+        if (first >= 0 && first + U <= p.in_w) {
+          WINRS_UNROLL
+          for (int u = 0; u < U; ++u) w[u] = Elem::get(x_row, (first + u) * p.in_c);
+        } else {
+          WINRS_UNROLL
+          for (int u = 0; u < U; ++u)
+            w[u] = first + u >= 0 && first + u < p.in_w ? Elem::get(x_row, (first + u) * p.in_c) : 0.0f;
         }
         WINRS_UNROLL
         for (int j = 0; j < TW; ++j) {
@@ -137,16 +150,26 @@ WINRS_HD void grouped_sum(const GroupedProblem& p, const GroupedPlan& plan, cons
           for (int i = 0; i < C; ++i) acc[r][j] = fmaf(w[i + j], g[i], acc[r][j]);
         }
       } else {
+        // Tap j meets X[(ow0 + i) s_w + (kw0 + j) d_w - pad_left] with dY[ow0 + i].
+        const int64_t first = ow0 * p.stride_w + t.kw0 * p.dilation_w - p.pad_left;
+        const int64_t last = first + (C - 1) * p.stride_w + (TW - 1) * p.dilation_w;
+        const bool inside = first >= 0 && last < p.in_w;
         WINRS_UNROLL
         for (int j = 0; j < TW; ++j) {
-          const int64_t first = ow0 * p.stride_w + (t.kw0 + j) * p.dilation_w - p.pad_left;
           WINRS_UNROLL
           for (int i = 0; i < C; ++i) {
-            const int64_t iw = first + i * p.stride_w;
-            const float v = iw >= 0 && iw < p.in_w ? Elem::get(x_row, iw * p.in_c) : 0.0f;
+            const int64_t iw = first + i * p.stride_w + j * p.dilation_w;
+            const float v = inside || (iw >= 0 && iw < p.in_w) ? Elem::get(x_row, iw * p.in_c) : 0.0f;
             acc[r][j] = fmaf(v, g[i], acc[r][j]);
           }
         }
+      }
+    }
+    if (++chunk == plan.chunks_w) {
+      chunk = 0;
+      if (++oh == p.out_h) {
+        oh = 0;
+        ++n;
       }
     }
   }
