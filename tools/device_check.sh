@@ -61,14 +61,14 @@ for stage in "$@"; do
         python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/mix.txt" 2>&1
       grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000 ;;
     profile)
-      for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
-        (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
+      for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do  # Shape.parse's forms, e.g. 64:56:128:3:g128
+        (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 \
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
           --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
           --section ComputeWorkloadAnalysis \
           python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/ncu-${layer//:/-}.txt" 2>&1
-        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall" \
-          "$OUT/ncu-${layer//:/-}.txt" | head -24
+        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
+          "$OUT/ncu-${layer//:/-}.txt" | head -30
       done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -68,20 +68,32 @@ class Shape:
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """N:H:C:r (square, C in = C out), N:H:W:CIN:COUT:FH:FW, or N:D:H:W:CIN:COUT:FD:FH:FW (3D)."""
-        forms = "N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW"
+        """N:H:C:r (square, C in = C out), N:H:W:CIN:COUT:FH:FW, or N:D:H:W:CIN:COUT:FD:FH:FW (3D), optionally
+        followed by :gG (groups), :sS (stride) and :dD (dilation), e.g. 128:112:96:3:g96:s2."""
+        forms = "N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW, then :gG, :sS, :dD"
+        tokens = text.split(":")
+        extras = {"g": "groups", "s": "stride", "d": "dilation"}
+        options = {}
+        while tokens and tokens[-1][:1] in extras:
+            key = tokens.pop()
+            try:
+                options[extras[key[0]]] = int(key[1:])
+            except ValueError as e:
+                raise ValueError(f"shape must be {forms}, got {text!r}") from e
         try:
-            values = [int(v) for v in text.split(":")]
+            values = [int(v) for v in tokens]
         except ValueError as e:
             raise ValueError(f"shape must be {forms}, got {text!r}") from e
         if len(values) == 4:
-            return cls.square(*values)
-        if len(values) == 7:
-            return cls(*values)
-        if len(values) == 9:
+            shape = cls.square(*values)
+        elif len(values) == 7:
+            shape = cls(*values)
+        elif len(values) == 9:
             n, d, h, w, cin, cout, fd, fh, fw = values
-            return cls(n, h, w, cin, cout, fh, fw, "", d, fd)
-        raise ValueError(f"shape must be {forms}, got {text!r}")
+            shape = cls(n, h, w, cin, cout, fh, fw, "", d, fd)
+        else:
+            raise ValueError(f"shape must be {forms}, got {text!r}")
+        return dataclasses.replace(shape, **options)
 
     def __str__(self) -> str:
         if self.stride > 1:
