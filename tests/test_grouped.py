@@ -140,16 +140,16 @@ def test_splits_are_added_with_compensation(splits):
     """Split 0's partial sum is 2^24 and each other split adds 1: summed plainly in float32 every 1 is lost
     (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing of 2 there. 8 splits
     are added by one thread (Kahan), 100 by 32 lanes whose sums merge in a tree (TwoSum)."""
-    chunk, slots = 8, 4
-    width = splits * slots * chunk  # one column chunk per worker (split x warp)
+    tile = 64  # a 1D layer's spatial tile: 64 columns; one tile per split
+    width = splits * tile
     dy = np.zeros((1, 1, width, 1), np.float32)
-    dy[0, 0, 0, 0] = 2.0**24  # worker 0: split 0
+    dy[0, 0, 0, 0] = 2.0**24  # split 0
     for split in range(1, splits):
-        dy[0, 0, split * slots * chunk, 0] = 1.0  # the first worker of each other split
+        dy[0, 0, split * tile, 0] = 1.0  # the first column of each other split
     options = PlannerOptions(segments=splits)
     direct = winrs_jax.planner.plan_grouped(1, (1, width), 2, 2, (1, 1), (0, 0, 0, 0), (1, 1), (1, 1), 2, "fp32",
                                             "fp32", options)  # fmt: skip
-    assert direct.splits == splits
+    assert direct.splits == splits and direct.spatial_tile == (1, tile)
     x2, dy2 = jnp.ones((1, 1, width, 2), jnp.float32), jnp.asarray(np.repeat(dy, 2, axis=3))
     dw = _ffi.backward_filter_call(x2, dy2, (), (2, 1, 1, 1), direct.workspace_elems, direct.ffi_attributes(),
                                    _ffi.GROUPED_TARGET)  # fmt: skip

@@ -39,10 +39,27 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
                             : b.workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
     for (int64_t k = 0; k < p.out_c; ++k) {
       const GroupedTask t = grouped_task(p, plan, k, unit);
+      const int64_t channel = grouped_x_channel(p, t);
       float total[TH][TW] = {};
-      for (int slot = 0; slot < kGroupedSlots; ++slot) {  // the kernel's warps, summed in the same order
+      for (int slot = 0; slot < kGroupedSlots; ++slot) {  // the kernel's warps, added in the same order
         float acc[TH][TW] = {};
-        grouped_sum<TW, kUnitColumns, Elem>(p, plan, x, dy, t, split * kGroupedSlots + slot, acc);
+        for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
+          const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+          // The tile's X window and dY as the kernel stages them: zero outside the arrays.
+          auto x_at = [&](int64_t row, int64_t col) {
+            const int64_t ih = o.ih + row, iw = o.iw + col;
+            if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
+            return Elem::get(x, ((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
+          };
+          auto g_at = [&](int64_t row, int64_t col) {
+            const int64_t oh = o.oh + row, ow = o.ow + col;
+            if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
+            return Elem::get(dy, ((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
+          };
+          for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+            grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
+          });
+        }
         for (int r = 0; r < TH; ++r)
           for (int j = 0; j < TW; ++j) total[r][j] = slot == 0 ? acc[r][j] : total[r][j] + acc[r][j];
       }

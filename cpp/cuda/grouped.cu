@@ -13,43 +13,78 @@
 namespace winrs::cuda {
 namespace {
 
-template <typename T>
-struct DeviceElem {
-  __device__ static float get(const T* __restrict__ p, int64_t i) { return to_float(p[i]); }
-};
+// Block: kGroupedLanes output channels x kGroupedSlots warps; grid: channel blocks x units x (stacked
+// problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
+// zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
+// Resident blocks per SM the registers must allow: small tap tiles keep 24 warps busy (their sums are
+// memory bound), large ones (up to 7 x 7 accumulators) 12.
+template <int TW>
+constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 25 ? 6 : 3;
 
-// Block: kGroupedLanes output channels x kGroupedSlots warps summing interleaved column chunks of the same
-// task; grid: channel blocks x units x (stacked problems x splits).
 template <typename T, int TW, bool kUnitColumns>
-__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots)
+__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlocks<TW>)
     grouped_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x, const T* __restrict__ dy,
                    float* dw, float* workspace, long long input_stride, long long grad_stride) {
   constexpr int TH = grouped_tile_rows(TW);
-  __shared__ float partial[kGroupedSlots - 1][TH * TW][kGroupedLanes];
+  extern __shared__ float smem[];
   const int lane = threadIdx.x, slot = threadIdx.y;
   const int64_t k = int64_t(blockIdx.x) * kGroupedLanes + lane;
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
   const bool active = k < p.out_c;
   const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
+  const int64_t channel = grouped_x_channel(p, t);
+  x += problem * input_stride;
+  dy += problem * grad_stride;
+  const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols);
+  const int x_pixels = int(plan.x_rows) * x_cols, g_pixels = int(plan.out_rows) * out_cols;
+  float* const sx = smem;
+  float* const sg = smem + x_pixels * kGroupedLanes;
+  auto x_at = [&](int64_t row, int64_t col) {
+    return sx[(int(row) * x_cols + int(col)) * kGroupedLanes + lane];
+  };
+  auto g_at = [&](int64_t row, int64_t col) {
+    return sg[(int(row) * out_cols + int(col)) * kGroupedLanes + lane];
+  };
   float acc[TH][TW] = {};
-  if (active)
-    grouped_sum<TW, kUnitColumns, DeviceElem<T>>(p, plan, x + problem * input_stride,
-                                                 dy + problem * grad_stride, t, split * kGroupedSlots + slot,
-                                                 acc);
+  for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
+    const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+    __syncthreads();  // the previous tile is read
+    for (int i = slot; i < x_pixels; i += kGroupedSlots) {
+      const int64_t ih = o.ih + i / x_cols, iw = o.iw + i % x_cols;
+      const bool inside = active && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
+      sx[i * kGroupedLanes + lane] =
+          inside ? to_float(x[((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel]) : 0.0f;
+    }
+    for (int i = slot; i < g_pixels; i += kGroupedSlots) {
+      const int64_t oh = o.oh + i / out_cols, ow = o.ow + i % out_cols;
+      const bool inside = active && oh < p.out_h && ow < p.out_w;
+      sg[i * kGroupedLanes + lane] =
+          inside ? to_float(dy[((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k]) : 0.0f;
+    }
+    __syncthreads();
+    if (active)
+      for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+        grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
+      });
+  }
+  // The warps' partial taps, added in the CPU executor's order.
+  __syncthreads();
+  float* const partial = smem;  // (kGroupedSlots - 1) x TH x TW x kGroupedLanes
   if (slot > 0) {
 #pragma unroll
     for (int r = 0; r < TH; ++r)
 #pragma unroll
-      for (int j = 0; j < TW; ++j) partial[slot - 1][r * TW + j][lane] = acc[r][j];
+      for (int j = 0; j < TW; ++j)
+        partial[(((slot - 1) * TH + r) * TW + j) * kGroupedLanes + lane] = acc[r][j];
   }
   __syncthreads();
   if (slot != 0 || !active) return;
 #pragma unroll
-  for (int s = 0; s < kGroupedSlots - 1; ++s)  // the CPU executor's order
+  for (int s = 0; s < kGroupedSlots - 1; ++s)
 #pragma unroll
     for (int r = 0; r < TH; ++r)
 #pragma unroll
-      for (int j = 0; j < TW; ++j) acc[r][j] += partial[s][r * TW + j][lane];
+      for (int j = 0; j < TW; ++j) acc[r][j] += partial[((s * TH + r) * TW + j) * kGroupedLanes + lane];
   const int64_t dw_elems = p.filter_elems();
   float* out = split == 0 ? dw + problem * dw_elems
                           : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
@@ -104,6 +139,7 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(plan.channel_blocks), unsigned(plan.units), unsigned(count * plan.splits));
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
+    config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
     return cudaLaunchKernelEx(
         &config, grouped_kernel<T, decltype(tile_w)::value, decltype(unit)::value>, p, plan,

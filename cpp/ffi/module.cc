@@ -201,9 +201,11 @@ NB_MODULE(_winrs, m) {
         d["supported"] = error.empty();
         d["reason"] = error;
         d["tile"] = nb::make_tuple(plan.tile_h, plan.tile_w);
-        d["tiles"] = nb::make_tuple(plan.tiles_h, plan.tiles_w);
+        d["tap_tiles"] = nb::make_tuple(plan.tiles_h, plan.tiles_w);
         d["units"] = plan.units;
-        d["items"] = plan.items;
+        d["tiles"] = plan.tiles;
+        d["spatial_tile"] = nb::make_tuple(plan.out_rows, plan.out_cols);
+        d["smem_bytes"] = plan.smem_bytes;
         d["splits"] = plan.splits;
         d["workspace_elems"] = plan.workspace_elems;
         d["predicted_seconds"] = plan.predicted_seconds;

@@ -7,9 +7,9 @@ namespace winrs {
 namespace {
 
 constexpr int64_t kMaxGrid = 65535;  // gridDim.y and gridDim.z (the launcher splits stacked problems)
-// Blocks per SM the split count aims for (16 resident blocks of 128 threads fill an SM; fewer leave room for
-// the register file), and the least column chunks a worker should sum.
-constexpr int64_t kBlocksPerSm = 12, kMinChunksPerWorker = 4;
+// Blocks per SM the split count aims for (16 resident blocks of 128 threads fill an SM; registers and shared
+// memory allow fewer), and the least spatial tiles a split should sum.
+constexpr int64_t kBlocksPerSm = 12, kMinTilesPerSplit = 2;
 // Workspace cap: the partial dWs of all splits, in float32 elements (64 MiB).
 constexpr int64_t kMaxWorkspaceElems = int64_t(16) << 20;
 // Throughputs of the cost model (H100 SXM, 132 SMs): FP32 FMA at about half of the 67 TFLOP/s peak (the
@@ -66,22 +66,42 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.units = plan.tiles_h * plan.tiles_w * p.group_c;
   if (plan.units > kMaxGrid) return "too many filter taps and input channels per group for one launch";
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes);
-  plan.chunks_w = ceil_div(p.out_w, kGroupedChunk);
-  plan.items = p.batch * p.out_h * plan.chunks_w;
+
+  // Spatial tiles: 4 output rows x 32 columns (1D layers: 1 x 64), fewer where the staged window would not
+  // fit kGroupedMaxSmemBytes.
+  const int64_t taps_h = std::min<int64_t>(plan.tile_h, p.filter_h);
+  const int64_t width8 = ceil_div(p.out_w, kGroupedChunk) * kGroupedChunk;
+  plan.out_rows = std::min<int64_t>(4, p.out_h);
+  plan.out_cols = std::min<int64_t>(p.out_h == 1 ? 64 : 32, width8);
+  auto fit = [&] {
+    plan.x_rows = (plan.out_rows - 1) * p.stride_h + (taps_h - 1) * p.dilation_h + 1;
+    plan.x_cols = (plan.out_cols - 1) * p.stride_w + (plan.tile_w - 1) * p.dilation_w + 1;
+    // The same memory adds the warps' partial taps at the end.
+    plan.smem_bytes = std::max(plan.x_rows * plan.x_cols + plan.out_rows * plan.out_cols,
+                               int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w) *
+                      kGroupedLanes * 4;
+    return plan.smem_bytes <= kGroupedMaxSmemBytes;
+  };
+  while (!fit() && plan.out_rows > 1) plan.out_rows = (plan.out_rows + 1) / 2;
+  while (!fit() && plan.out_cols > kGroupedChunk) plan.out_cols -= kGroupedChunk;
+  if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
+  plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);
+  plan.tiles_ow = ceil_div(p.out_w, plan.out_cols);
+  plan.tiles = p.batch * plan.tiles_oh * plan.tiles_ow;
 
   const int64_t sm_count = std::max(1, options.sm_count);
   const int64_t blocks = plan.channel_blocks * plan.units * op->stacked;
   int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
   if (options.splits <= 0) {
-    splits = std::min(splits, std::max<int64_t>(1, plan.items / (kGroupedSlots * kMinChunksPerWorker)));
+    splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
     splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   }
-  plan.splits = std::max<int64_t>(1, std::min({splits, plan.items, kMaxGrid}));
+  plan.splits = std::max<int64_t>(1, std::min({splits, plan.tiles, kMaxGrid}));
   plan.workspace_elems = (plan.splits - 1) * p.filter_elems();
 
   const double element = storage_bytes(plan.path);
-  const double flops = 2.0 * double(plan.items) * kGroupedChunk * double(p.out_c) * double(plan.units) *
-                       plan.tile_h * plan.tile_w * double(op->stacked);
+  const double flops = 2.0 * double(plan.tiles) * double(plan.chunks_per_tile()) * kGroupedChunk *
+                       double(p.out_c) * double(plan.units) * plan.tile_h * plan.tile_w * double(op->stacked);
   const double bytes = element * double(op->stacked) * double(p.input_elems() + p.grad_elems());
   plan.predicted_seconds = std::max(flops / kFlops, bytes / kBytesPerSecond) * 132.0 / double(sm_count);
   return {};

@@ -31,18 +31,21 @@ struct GroupedProblem {
   WINRS_HD int64_t grad_elems() const { return batch * out_h * out_w * out_c; }
 };
 
-// Compile-time shape of one thread's work: it sums a tile of kTileRows(TW) x TW filter taps of one output
-// channel and one input channel of its group, over output columns in chunks of kGroupedChunk (the dY values
-// of a chunk stay in registers for every tap of the tile; with unit column stride and dilation, so does the
-// window of X the chunk meets).
+// Compile-time shape of one thread's work: it sums a tile of grouped_tile_rows(TW) x TW filter taps of one
+// output channel and one input channel of its group, over output columns in chunks of kGroupedChunk (the dY
+// values of a chunk stay in registers for every tap of the tile; with unit column stride and dilation, so
+// does the window of X the chunk meets).
 inline constexpr int kGroupedChunk = 8;
 inline constexpr int kGroupedMaxTileW = 8;
 WINRS_HD constexpr int grouped_tile_rows(int tile_w) {
   return tile_w <= 2 ? 8 : tile_w == 6 || tile_w == 8 ? 4 : tile_w;  // square tiles for 3x3, 5x5 and 7x7
 }
-// CUDA block: 32 consecutive output channels (one warp, coalesced NHWC loads) x kGroupedSlots warps that take
-// interleaved chunks of the same rows and sum their partial taps in a fixed order.
+// CUDA block: 32 consecutive output channels (one warp) x kGroupedSlots warps. The block walks a range of
+// spatial tiles (out_rows x out_cols outputs of one image); for each it stages the tile's dY and the X window
+// its taps meet in shared memory (each element read from memory once, zeros for padding), and its warps share
+// the tile's column chunks. The warps' partial taps are added in a fixed order.
 inline constexpr int kGroupedLanes = 32, kGroupedSlots = 4;
+inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
 // Plain numbers only: the kernel takes it by value.
 struct GroupedPlan {
@@ -51,14 +54,18 @@ struct GroupedPlan {
   int64_t tiles_h = 0, tiles_w = 0;
   int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
   int64_t channel_blocks = 0;  // ceil(K / kGroupedLanes)
-  int64_t chunks_w = 0;        // ceil(OW / kGroupedChunk)
-  int64_t items = 0;           // N x OH x chunks_w column chunks to sum over
-  int64_t splits = 0;  // the items are split into this many parts, each its own partial dW: the first is
-                       // dW itself, the others the workspace, summed like WinRS's buckets (reduction.h)
+  // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) meet x_rows x x_cols
+  // inputs; tiles_oh x tiles_ow of them per image, `tiles` in all.
+  int64_t out_rows = 0, out_cols = 0, x_rows = 0, x_cols = 0;
+  int64_t tiles_oh = 0, tiles_ow = 0, tiles = 0;
+  int64_t splits = 0;  // the tiles are split into this many ranges, each its own partial dW: the first is dW
+                       // itself, the others the workspace, added at the end (reduction.h)
   int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|
+  int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels
   double predicted_seconds = 0;
 
-  WINRS_HD int64_t workers() const { return splits * kGroupedSlots; }
+  WINRS_HD int64_t chunks_per_tile() const { return out_rows * (out_cols / kGroupedChunk); }
+  WINRS_HD int64_t first_tile(int64_t split) const { return split * tiles / splits; }
 };
 
 struct GroupedOp {
@@ -94,84 +101,78 @@ std::string make_grouped(const GroupedShapes& shapes, const GroupedOptions& opti
 struct GroupedTask {
   int64_t k, c;  // output channel, input channel within the group
   int64_t kh0, kw0;
+  int taps_h;  // rows of the tile inside the filter
 };
 
 WINRS_HD inline GroupedTask grouped_task(const GroupedProblem& p, const GroupedPlan& plan, int64_t k,
                                          int64_t unit) {
   const int64_t c = unit % p.group_c, tile = unit / p.group_c;
-  return {k, c, (tile / plan.tiles_w) * plan.tile_h, (tile % plan.tiles_w) * plan.tile_w};
+  const int64_t kh0 = (tile / plan.tiles_w) * plan.tile_h;
+  const int64_t taps_h = p.filter_h - kh0 < plan.tile_h ? p.filter_h - kh0 : plan.tile_h;
+  return {k, c, kh0, (tile % plan.tiles_w) * plan.tile_w, int(taps_h)};
 }
 
-// Adds to acc the products of task t over the worker's share of the column chunks: a contiguous range of
-// plan.items, walked row by row (so that one warp meets the same X rows again while they are in L1). Loads
-// are bounds-checked only where a chunk's window crosses the padding or the edge. Elem::get(pointer, index)
-// reads one storage element as a float; the CPU and the kernel supply their own. Taps beyond the filter (the
-// last tile's) are summed too and never written.
-template <int TW, bool kUnitColumns, typename Elem, typename T>
-WINRS_HD void grouped_sum(const GroupedProblem& p, const GroupedPlan& plan, const T* x, const T* dy,
-                          const GroupedTask& t, int64_t worker, float (&acc)[grouped_tile_rows(TW)][TW]) {
+WINRS_HD inline int64_t grouped_x_channel(const GroupedProblem& p, const GroupedTask& t) {
+  return (t.k / (p.out_c / p.groups)) * p.group_c + t.c;
+}
+
+// Where spatial tile `tile` starts: its image, first output row and column, and the first X row and column of
+// the window that task t's taps meet (may lie in the padding).
+struct GroupedTileOrigin {
+  int64_t n, oh, ow, ih, iw;
+};
+
+WINRS_HD inline GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, const GroupedPlan& plan,
+                                                      const GroupedTask& t, int64_t tile) {
+  const int64_t ow = (tile % plan.tiles_ow) * plan.out_cols, rows = tile / plan.tiles_ow;
+  const int64_t oh = (rows % plan.tiles_oh) * plan.out_rows, n = rows / plan.tiles_oh;
+  return {n, oh, ow, oh * p.stride_h + t.kh0 * p.dilation_h - p.pad_top,
+          ow * p.stride_w + t.kw0 * p.dilation_w - p.pad_left};
+}
+
+// Adds to acc the products of one column chunk of a spatial tile: output row r and columns q C .. q C + C - 1
+// of the tile, with every tap of task t. x_at(row, col) reads the tile's X window and g_at(row, col) its dY,
+// both zero outside the arrays; the CPU reads memory, the kernel shared memory.
+template <int TW, bool kUnitColumns, typename XAt, typename GAt>
+WINRS_HD void grouped_chunk(const GroupedProblem& p, const GroupedTask& t, int64_t r, int64_t q,
+                            const XAt& x_at, const GAt& g_at, float (&acc)[grouped_tile_rows(TW)][TW]) {
   constexpr int TH = grouped_tile_rows(TW), C = kGroupedChunk, U = C + TW - 1;
-  const int64_t x_channel = (t.k / (p.out_c / p.groups)) * p.group_c + t.c;
-  const int64_t begin = worker * plan.items / plan.workers(),
-                end = (worker + 1) * plan.items / plan.workers();
-  int64_t chunk = begin % plan.chunks_w, oh = (begin / plan.chunks_w) % p.out_h;
-  int64_t n = begin / plan.chunks_w / p.out_h;
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t ow0 = chunk * C;
-    const T* dy_row = dy + ((n * p.out_h + oh) * p.out_w) * p.out_c + t.k;
-    float g[C];
-    if (ow0 + C <= p.out_w) {
+  float g[C];
+  WINRS_UNROLL
+  for (int i = 0; i < C; ++i) g[i] = g_at(r, q * C + i);
+  WINRS_UNROLL
+  for (int a = 0; a < TH; ++a) {
+    if (a >= t.taps_h) break;
+    const int64_t row = r * p.stride_h + a * p.dilation_h;
+    if constexpr (kUnitColumns) {
+      float w[U];  // tap j meets X column q C + i + j with dY column q C + i
       WINRS_UNROLL
-      for (int i = 0; i < C; ++i) g[i] = Elem::get(dy_row, (ow0 + i) * p.out_c);
+      for (int u = 0; u < U; ++u) w[u] = x_at(row, q * C + u);
+      WINRS_UNROLL
+      for (int j = 0; j < TW; ++j) {
+        WINRS_UNROLL
+        for (int i = 0; i < C; ++i) acc[a][j] = fmaf(w[i + j], g[i], acc[a][j]);
+      }
     } else {
       WINRS_UNROLL
-      for (int i = 0; i < C; ++i) g[i] = ow0 + i < p.out_w ? Elem::get(dy_row, (ow0 + i) * p.out_c) : 0.0f;
-    }
-    WINRS_UNROLL
-    for (int r = 0; r < TH; ++r) {
-      const int64_t kh = t.kh0 + r, ih = oh * p.stride_h + kh * p.dilation_h - p.pad_top;
-      if (kh >= p.filter_h || ih < 0 || ih >= p.in_h) continue;
-      const T* x_row = x + ((n * p.in_h + ih) * p.in_w) * p.in_c + x_channel;
-      if constexpr (kUnitColumns) {
-        // X columns first + u, u < C + TW - 1: tap j meets X[first + i + j] with dY[ow0 + i].
-        const int64_t first = ow0 + t.kw0 - p.pad_left;
-        float w[U];
-        if (first >= 0 && first + U <= p.in_w) {
-          WINRS_UNROLL
-          for (int u = 0; u < U; ++u) w[u] = Elem::get(x_row, (first + u) * p.in_c);
-        } else {
-          WINRS_UNROLL
-          for (int u = 0; u < U; ++u)
-            w[u] = first + u >= 0 && first + u < p.in_w ? Elem::get(x_row, (first + u) * p.in_c) : 0.0f;
-        }
+      for (int j = 0; j < TW; ++j) {
         WINRS_UNROLL
-        for (int j = 0; j < TW; ++j) {
-          WINRS_UNROLL
-          for (int i = 0; i < C; ++i) acc[r][j] = fmaf(w[i + j], g[i], acc[r][j]);
-        }
-      } else {
-        // Tap j meets X[(ow0 + i) s_w + (kw0 + j) d_w - pad_left] with dY[ow0 + i].
-        const int64_t first = ow0 * p.stride_w + t.kw0 * p.dilation_w - p.pad_left;
-        const int64_t last = first + (C - 1) * p.stride_w + (TW - 1) * p.dilation_w;
-        const bool inside = first >= 0 && last < p.in_w;
-        WINRS_UNROLL
-        for (int j = 0; j < TW; ++j) {
-          WINRS_UNROLL
-          for (int i = 0; i < C; ++i) {
-            const int64_t iw = first + i * p.stride_w + j * p.dilation_w;
-            const float v = inside || (iw >= 0 && iw < p.in_w) ? Elem::get(x_row, iw * p.in_c) : 0.0f;
-            acc[r][j] = fmaf(v, g[i], acc[r][j]);
-          }
-        }
+        for (int i = 0; i < C; ++i)
+          acc[a][j] = fmaf(x_at(row, (q * C + i) * p.stride_w + j * p.dilation_w), g[i], acc[a][j]);
       }
     }
-    if (++chunk == plan.chunks_w) {
-      chunk = 0;
-      if (++oh == p.out_h) {
-        oh = 0;
-        ++n;
-      }
-    }
+  }
+}
+
+// The chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ..., skipping
+// those wholly outside the output.
+template <typename F>
+WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, const GroupedTileOrigin& o,
+                              int slot, F&& f) {
+  const int64_t per_row = plan.out_cols / kGroupedChunk;
+  for (int64_t m = slot; m < plan.chunks_per_tile(); m += kGroupedSlots) {
+    const int64_t r = m / per_row, q = m % per_row;
+    if (o.oh + r < p.out_h && o.ow + q * kGroupedChunk < p.out_w) f(r, q);
   }
 }
 

@@ -159,6 +159,7 @@ class Plan:
     # the end. channels then hold one group's (input, output) channels.
     method: str = "winrs"
     tile: tuple[int, int] = (0, 0)
+    spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns staged per step (shared memory on the GPU)
     splits: int = 0
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
@@ -288,7 +289,8 @@ class Plan:
             + ": direct sums, no GEMM across channels (one launch, X and dY read in place: no copies)",
             f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
             f"as XLA's {self.reference} arithmetic",
-            f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8; "
+            f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
+            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time (staged in shared memory on the GPU); "
             f"the sum is split into {self.splits} parts",
             f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32, "
             "added in order with Kahan compensation)",
@@ -554,7 +556,7 @@ def plan_grouped(
         filter_hw=filter_hw, channels=(in_c // groups, out_c // groups), pads=pads, path=path, reference=reference,
         sm_count=sm_count, forced_segments=options.segments or 0, workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
-        method="direct", tile=raw["tile"], splits=raw["splits"],
+        method="direct", tile=raw["tile"], spatial_tile=raw["spatial_tile"], splits=raw["splits"],
     )  # fmt: skip
 
 
