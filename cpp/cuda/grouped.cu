@@ -17,9 +17,11 @@ namespace {
 // problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
 // zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
 // Resident blocks per SM the registers must allow: small tap tiles keep 24 warps busy (their sums are
-// memory bound), large ones (up to 7 x 7 accumulators) 12.
+// memory bound), larger ones 16 or 12 (up to 7 x 7 accumulators), without spilling.
 template <int TW>
-constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 25 ? 6 : 3;
+constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 16   ? 6
+                                  : grouped_tile_rows(TW) * TW <= 25 ? 4
+                                                                     : 3;
 
 template <typename T, int TW, bool kUnitColumns>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlocks<TW>)
@@ -45,22 +47,40 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
   auto g_at = [&](int64_t row, int64_t col) {
     return sg[(int(row) * out_cols + int(col)) * kGroupedLanes + lane];
   };
+  // Stores value(i) at pixel i of a staged array, this warp's pixels kStageBatch at a time: all of a batch's
+  // loads are issued before the first store waits for one.
+  constexpr int kStageBatch = 8;
+  auto stage = [&](float* dst, int pixels, auto value) {
+    for (int base = slot; base < pixels; base += kGroupedSlots * kStageBatch) {
+      float v[kStageBatch];
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int i = base + b * kGroupedSlots;
+        v[b] = i < pixels ? value(i) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int i = base + b * kGroupedSlots;
+        if (i < pixels) dst[i * kGroupedLanes + lane] = v[b];
+      }
+    }
+  };
   float acc[TH][TW] = {};
   for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
     __syncthreads();  // the previous tile is read
-    for (int i = slot; i < x_pixels; i += kGroupedSlots) {
+    stage(sx, x_pixels, [&](int i) {
       const int64_t ih = o.ih + i / x_cols, iw = o.iw + i % x_cols;
-      const bool inside = active && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
-      sx[i * kGroupedLanes + lane] =
-          inside ? to_float(x[((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel]) : 0.0f;
-    }
-    for (int i = slot; i < g_pixels; i += kGroupedSlots) {
+      return active && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w
+                 ? to_float(x[((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel])
+                 : 0.0f;
+    });
+    stage(sg, g_pixels, [&](int i) {
       const int64_t oh = o.oh + i / out_cols, ow = o.ow + i % out_cols;
-      const bool inside = active && oh < p.out_h && ow < p.out_w;
-      sg[i * kGroupedLanes + lane] =
-          inside ? to_float(dy[((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k]) : 0.0f;
-    }
+      return active && oh < p.out_h && ow < p.out_w
+                 ? to_float(dy[((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k])
+                 : 0.0f;
+    });
     __syncthreads();
     if (active)
       for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
