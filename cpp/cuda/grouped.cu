@@ -13,13 +13,30 @@
 namespace winrs::cuda {
 namespace {
 
+// 16 bytes of consecutive channels (loaded raw: converted only when stored, so that a batch of loads stays in
+// few registers) as floats in shared memory.
+__device__ __forceinline__ void store16(float* dst, const uint4& raw, float) {
+  *reinterpret_cast<uint4*>(dst) = raw;
+}
+template <typename T>
+__device__ __forceinline__ void store16(float* dst, const uint4& raw, T) {  // bfloat16 or float16
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; i += 2) {
+    T v[4];
+    memcpy(v, &words[i], 8);
+    *reinterpret_cast<float4*>(dst + 2 * i) =
+        make_float4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3]));
+  }
+}
+
 // Block: kGroupedLanes output channels x kGroupedSlots warps; grid: channel blocks x units x (stacked
 // problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
 // zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
-// Resident blocks per SM the registers must allow: small tap tiles keep 24 warps busy (their sums are
+// Resident blocks per SM the registers must allow: small tap tiles keep 20 warps busy (their sums are
 // memory bound), larger ones 16 or 12 (up to 7 x 7 accumulators), without spilling.
 template <int TW>
-constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 16   ? 6
+constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 16   ? 5
                                   : grouped_tile_rows(TW) * TW <= 25 ? 4
                                                                      : 3;
 
@@ -65,22 +82,63 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
       }
     }
   };
+  // With 16-byte aligned channel runs (a depthwise X of C % V == 0 channels, a dY of K % V == 0), lanes load
+  // 16 bytes each: a warp stages 32 / (32 / V) pixels of the block's 32 channels per load.
+  constexpr int V = 16 / sizeof(T), kLanesPerPixel = kGroupedLanes / V,
+                kPixelsPerLoad = kGroupedLanes / kLanesPerPixel;
+  const int64_t k0 = int64_t(blockIdx.x) * kGroupedLanes;
+  const bool vector_x = p.group_c == 1 && p.out_c == p.groups && p.in_c % V == 0;
+  const bool vector_g = p.out_c % V == 0;
+  auto stage_vectors = [&](float* dst, int pixels, int cols, int64_t row0, int64_t col0, int64_t rows,
+                           int64_t width, const T* base, int64_t pixel_pitch) {
+    constexpr int kBatch = 4;
+    const int sub = lane / kLanesPerPixel, part = lane % kLanesPerPixel;
+    const bool lane_inside = k0 + part * V < p.out_c;
+    for (int first = slot * kPixelsPerLoad; first < pixels;
+         first += kGroupedSlots * kPixelsPerLoad * kBatch) {
+      uint4 raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kGroupedSlots * kPixelsPerLoad + sub;
+        const int64_t row = row0 + i / cols, col = col0 + i % cols;
+        raw[b] =
+            i < pixels && lane_inside && row >= 0 && row < rows && col >= 0 && col < width
+                ? __ldg(reinterpret_cast<const uint4*>(base + (row * width + col) * pixel_pitch + part * V))
+                : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kGroupedSlots * kPixelsPerLoad + sub;
+        if (i < pixels) store16(dst + i * kGroupedLanes + part * V, raw[b], T{});
+      }
+    }
+  };
   float acc[TH][TW] = {};
   for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
     __syncthreads();  // the previous tile is read
-    stage(sx, x_pixels, [&](int i) {
-      const int64_t ih = o.ih + i / x_cols, iw = o.iw + i % x_cols;
-      return active && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w
-                 ? to_float(x[((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel])
-                 : 0.0f;
-    });
-    stage(sg, g_pixels, [&](int i) {
-      const int64_t oh = o.oh + i / out_cols, ow = o.ow + i % out_cols;
-      return active && oh < p.out_h && ow < p.out_w
-                 ? to_float(dy[((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k])
-                 : 0.0f;
-    });
+    if (vector_x) {
+      stage_vectors(sx, x_pixels, x_cols, o.ih, o.iw, p.in_h, p.in_w, x + o.n * p.in_h * p.in_w * p.in_c + k0,
+                    p.in_c);
+    } else {
+      stage(sx, x_pixels, [&](int i) {
+        const int64_t ih = o.ih + i / x_cols, iw = o.iw + i % x_cols;
+        return active && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w
+                   ? to_float(x[((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel])
+                   : 0.0f;
+      });
+    }
+    if (vector_g) {
+      stage_vectors(sg, g_pixels, out_cols, o.oh, o.ow, p.out_h, p.out_w,
+                    dy + o.n * p.out_h * p.out_w * p.out_c + k0, p.out_c);
+    } else {
+      stage(sg, g_pixels, [&](int i) {
+        const int64_t oh = o.oh + i / out_cols, ow = o.ow + i % out_cols;
+        return active && oh < p.out_h && ow < p.out_w
+                   ? to_float(dy[((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k])
+                   : 0.0f;
+      });
+    }
     __syncthreads();
     if (active)
       for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
