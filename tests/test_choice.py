@@ -231,3 +231,14 @@ def test_a_clear_loser_is_timed_once():
     calls.clear()
     choice._time_ms(slow, budget_s=0.0)
     assert len(calls) >= 4  # without the limit: the first call, then at least three samples
+
+
+@pytest.mark.parametrize("ratio, winrs", [(0.9, True), (0.97, False), (1.2, False)])
+def test_winrs_must_measure_clearly_faster(ratio, winrs, monkeypatch):
+    """Timings within 5% are noise: XLA keeps the layer unless WinRS measured at least 5% faster."""
+    times = iter([10.0, 10.0 * ratio])  # XLA is timed first
+    monkeypatch.setattr(choice, "_time_ms", lambda fn, **kwargs: next(times))
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",
+                          dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)  # fmt: skip
+    assert choice._measure(plan, jnp.float32, None).winrs is winrs

@@ -157,6 +157,11 @@ class DecisionCache:
 DECISIONS = DecisionCache()
 
 
+# WinRS is chosen only when it measured at least 5% faster: two timings closer than that are noise (the same
+# layer measured again may swap them), and a user loses more from a wrong WinRS than from a missed 5%.
+WINRS_MARGIN = 0.95
+
+
 def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25, give_up_ms: float = float("inf")) -> float:
     """Median time of fn (already compiled) within about budget_s. Each sample runs enough calls back to back to
     cover about 2 ms, so that the host's dispatch and wait do not blur short kernels. A first call slower than
@@ -234,7 +239,7 @@ def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
         winrs_ms = float("inf")
-    return Decision(winrs_ms < xla_ms, winrs_ms, xla_ms, "measured")
+    return Decision(winrs_ms < WINRS_MARGIN * xla_ms, winrs_ms, xla_ms, "measured")
 
 
 def _outside_trace(fn: Callable[[], Decision]) -> Decision:
