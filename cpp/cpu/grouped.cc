@@ -56,8 +56,8 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
             if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
             return Elem::get(dy, ((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
           };
-          for_slot_strips(p, plan, o, slot, [&](int64_t rows, int64_t q) {
-            grouped_strip<TW, kUnitColumns>(p, t, rows, q, x_at, g_at, acc);
+          for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+            grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
           });
         }
         for (int r = 0; r < TH; ++r)

@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
     }
     __syncthreads();
     if (active)
-      for_slot_strips(p, plan, o, slot, [&](int64_t rows, int64_t q) {
-        grouped_strip<TW, kUnitColumns>(p, t, rows, q, x_at, g_at, acc);
+      for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+        grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
       });
   }
   // The warps' partial taps, added in the CPU executor's order.

@@ -71,7 +71,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // fit kGroupedMaxSmemBytes.
   const int64_t taps_h = std::min<int64_t>(plan.tile_h, p.filter_h);
   const int64_t width8 = ceil_div(p.out_w, kGroupedChunk) * kGroupedChunk;
-  plan.out_rows = std::min<int64_t>(kGroupedMaxOutRows, p.out_h);
+  plan.out_rows = std::min<int64_t>(4, p.out_h);
   plan.out_cols = std::min<int64_t>(p.out_h == 1 ? 64 : 32, width8);
   auto fit = [&] {
     plan.x_rows = (plan.out_rows - 1) * p.stride_h + (taps_h - 1) * p.dilation_h + 1;
@@ -100,9 +100,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.workspace_elems = (plan.splits - 1) * p.filter_elems();
 
   const double element = storage_bytes(plan.path);
-  const double flops = 2.0 * double(plan.tiles) * double(plan.out_rows * (plan.out_cols / kGroupedChunk)) *
-                       kGroupedChunk * double(p.out_c) * double(plan.units) * plan.tile_h * plan.tile_w *
-                       double(op->stacked);
+  const double flops = 2.0 * double(plan.tiles) * double(plan.chunks_per_tile()) * kGroupedChunk *
+                       double(p.out_c) * double(plan.units) * plan.tile_h * plan.tile_w * double(op->stacked);
   const double bytes = element * double(op->stacked) * double(p.input_elems() + p.grad_elems());
   plan.predicted_seconds = std::max(flops / kFlops, bytes / kBytesPerSecond) * 132.0 / double(sm_count);
   return {};

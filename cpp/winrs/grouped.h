@@ -64,6 +64,7 @@ struct GroupedPlan {
   int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels
   double predicted_seconds = 0;
 
+  WINRS_HD int64_t chunks_per_tile() const { return out_rows * (out_cols / kGroupedChunk); }
   WINRS_HD int64_t first_tile(int64_t split) const { return split * tiles / splits; }
 };
 
@@ -163,53 +164,16 @@ WINRS_HD void grouped_chunk(const GroupedProblem& p, const GroupedTask& t, int64
   }
 }
 
-// Adds to acc the products of column chunk q of a spatial tile over its first `rows` output rows (at most
-// kGroupedMaxOutRows). With unit strides and dilations, each X row of the window is read once for every
-// output row and tap row it pairs with (row = r + a), and the dY chunks of all rows stay in registers; the
-// additions into each tap keep the order of grouped_chunk row by row.
-inline constexpr int kGroupedMaxOutRows = 4;
-
-template <int TW, bool kUnitColumns, typename XAt, typename GAt>
-WINRS_HD void grouped_strip(const GroupedProblem& p, const GroupedTask& t, int64_t rows, int64_t q,
-                            const XAt& x_at, const GAt& g_at, float (&acc)[grouped_tile_rows(TW)][TW]) {
-  if (!kUnitColumns || p.stride_h != 1 || p.dilation_h != 1) {
-    for (int64_t r = 0; r < rows; ++r) grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
-    return;
-  }
-  constexpr int TH = grouped_tile_rows(TW), C = kGroupedChunk, R = kGroupedMaxOutRows;
-  float g[R][C];
-  WINRS_UNROLL
-  for (int r = 0; r < R; ++r) {
-    WINRS_UNROLL
-    for (int i = 0; i < C; ++i) g[r][i] = r < rows ? g_at(r, q * C + i) : 0.0f;
-  }
-  WINRS_UNROLL
-  for (int row = 0; row < R + TH - 1; ++row) {
-    if (row >= rows + t.taps_h - 1) break;
-    float w[C + TW - 1];  // tap column j meets X column q C + i + j with dY column q C + i
-    WINRS_UNROLL
-    for (int u = 0; u < C + TW - 1; ++u) w[u] = x_at(row, q * C + u);
-    WINRS_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const int a = row - r;  // compile-time once unrolled
-      if (a < 0 || a >= TH || r >= rows || a >= t.taps_h) continue;
-      WINRS_UNROLL
-      for (int j = 0; j < TW; ++j) {
-        WINRS_UNROLL
-        for (int i = 0; i < C; ++i) acc[a][j] = fmaf(w[i + j], g[r][i], acc[a][j]);
-      }
-    }
-  }
-}
-
-// The column chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ...,
-// skipping those wholly outside the output; f(rows, q) gets the tile's output rows inside the output.
+// The chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ..., skipping
+// those wholly outside the output.
 template <typename F>
-WINRS_HD void for_slot_strips(const GroupedProblem& p, const GroupedPlan& plan, const GroupedTileOrigin& o,
+WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, const GroupedTileOrigin& o,
                               int slot, F&& f) {
-  const int64_t rows = p.out_h - o.oh < plan.out_rows ? p.out_h - o.oh : plan.out_rows;
-  for (int64_t q = slot; q < plan.out_cols / kGroupedChunk; q += kGroupedSlots)
-    if (o.ow + q * kGroupedChunk < p.out_w) f(rows, q);
+  const int64_t per_row = plan.out_cols / kGroupedChunk;
+  for (int64_t m = slot; m < plan.chunks_per_tile(); m += kGroupedSlots) {
+    const int64_t r = m / per_row, q = m % per_row;
+    if (o.oh + r < p.out_h && o.ow + q * kGroupedChunk < p.out_w) f(r, q);
+  }
 }
 
 // Stores a task's summed taps at dW (K x FH x FW x C_g) or at a split's partial dW of the same layout.
