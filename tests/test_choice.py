@@ -218,8 +218,8 @@ def test_decomposed_layers_are_measured_whole(auto, lhs_shape, rhs_shape, kwargs
 
 
 def test_a_clear_loser_is_timed_once():
-    """The measurement stops after one call of a candidate three times slower than the other: the first trace
-    of a layer WinRS handles badly (say, a depthwise 31x31) must not spend seconds measuring it."""
+    """The measurement stops after one warm call of a WinRS three times slower than XLA's: the first trace of a
+    layer WinRS handles badly (say, a depthwise 31x31) must not spend seconds measuring it."""
     calls = []
 
     def slow():
@@ -227,17 +227,30 @@ def test_a_clear_loser_is_timed_once():
         time.sleep(0.02)
         return jnp.zeros(())
 
-    assert choice._time_ms(slow, give_up_ms=5.0) >= 20.0 and len(calls) == 1
+    def fast():
+        return jnp.zeros(())
+
+    xla_ms, winrs_ms = choice._time_pair(fast, slow)
+    assert winrs_ms >= 20.0 and len(calls) == 2  # the first (loading) call and one timed call
     calls.clear()
-    choice._time_ms(slow, budget_s=0.0)
-    assert len(calls) >= 4  # without the limit: the first call, then at least three samples
+    choice._time_pair(slow, slow, budget_s=0.0)
+    assert len(calls) >= 2 + 3  # without a clear loser: two warm calls, then at least three samples
+
+
+def test_samples_alternate_between_the_two():
+    """Drift (the GPU's clock ramping up) must weigh on both: samples of XLA and WinRS alternate."""
+    order = []
+    choice._time_pair(lambda: order.append("xla") or jnp.zeros(()), lambda: order.append("winrs") or jnp.zeros(()),
+                      budget_s=0.0)  # fmt: skip
+    sampled = order[4:]  # after two warm calls each
+    runs = [name for i, name in enumerate(sampled) if i == 0 or name != sampled[i - 1]]
+    assert len(runs) >= 6  # xla, winrs, xla, winrs, ...
 
 
 @pytest.mark.parametrize("ratio, winrs", [(0.9, True), (0.97, False), (1.2, False)])
 def test_winrs_must_measure_clearly_faster(ratio, winrs, monkeypatch):
     """Timings within 5% are noise: XLA keeps the layer unless WinRS measured at least 5% faster."""
-    times = iter([10.0, 10.0 * ratio])  # XLA is timed first
-    monkeypatch.setattr(choice, "_time_ms", lambda fn, **kwargs: next(times))
+    monkeypatch.setattr(choice, "_time_pair", lambda xla, winrs, **kwargs: (10.0, 10.0 * ratio))
     options = winrs_jax.PlannerOptions(mode="winrs")
     plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",
                           dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)  # fmt: skip

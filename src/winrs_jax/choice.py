@@ -162,21 +162,42 @@ DECISIONS = DecisionCache()
 WINRS_MARGIN = 0.95
 
 
-def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25, give_up_ms: float = float("inf")) -> float:
+def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
     """Median time of fn (already compiled) within about budget_s. Each sample runs enough calls back to back to
-    cover about 2 ms, so that the host's dispatch and wait do not blur short kernels. A first call slower than
-    give_up_ms is the answer: more samples of a clear loser only delay the trace."""
+    cover about 2 ms, so that the host's dispatch and wait do not blur short kernels."""
     start = time.perf_counter()
     fn().block_until_ready()
     first = time.perf_counter() - start
-    if first * 1e3 > give_up_ms:
-        return first * 1e3
     calls = max(1, min(50, int(2e-3 / max(first, 1e-6))))
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
         samples.append(sample_ms(fn, calls))
     return statistics.median(samples)
+
+
+def _time_pair(
+    xla: Callable[[], jax.Array], winrs: Callable[[], jax.Array], budget_s: float = 0.4
+) -> tuple[float, float]:
+    """Median milliseconds per call of XLA's and WinRS's (both compiled), their samples taken alternately so that
+    the GPU's clock ramp and other drift weigh on both alike (timing one, then the other, once chose a WinRS that
+    ran at 0.62x). A WinRS warm call over three times XLA's is the answer: more samples of a clear loser only
+    delay the trace."""
+    firsts: list[float] = []
+    for fn in (xla, winrs):
+        fn().block_until_ready()  # the first call may load the module
+        start = time.perf_counter()
+        fn().block_until_ready()
+        firsts.append(max(time.perf_counter() - start, 1e-6))
+    if firsts[1] > 3 * firsts[0]:
+        return firsts[0] * 1e3, firsts[1] * 1e3
+    calls = [max(1, min(50, int(2e-3 / first))) for first in firsts]
+    samples: tuple[list[float], list[float]] = ([], [])
+    deadline = time.perf_counter() + budget_s
+    while len(samples[0]) < 3 or (len(samples[0]) < 15 and time.perf_counter() < deadline):
+        for fn, n, out in zip((xla, winrs), calls, samples, strict=True):
+            out.append(sample_ms(fn, n))
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
@@ -230,15 +251,13 @@ def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
         return xla_filter_grad(x, dy, plan, precision)
 
     xla_compiled = jax.jit(xla).lower(x, dy).compile()
-    xla_ms = _time_ms(lambda: xla_compiled(x, dy))
     try:
         winrs_compiled = jax.jit(winrs).lower(x, dy).compile()
-        # A WinRS call over three times XLA's loses whatever the noise: one call decides.
-        winrs_ms = _time_ms(lambda: winrs_compiled(x, dy), give_up_ms=3 * xla_ms)
+        xla_ms, winrs_ms = _time_pair(lambda: xla_compiled(x, dy), lambda: winrs_compiled(x, dy))
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
-        winrs_ms = float("inf")
+        xla_ms, winrs_ms = _time_ms(lambda: xla_compiled(x, dy)), float("inf")
     return Decision(winrs_ms < WINRS_MARGIN * xla_ms, winrs_ms, xla_ms, "measured")
 
 
