@@ -283,7 +283,7 @@ class Plan:
         geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
             f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
         return "\n".join([
-            *self._head(geometry),
+            *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
             + (" (depthwise)" if c == 1 else "")
             + ": direct sums, no GEMM across channels (one launch, X and dY read in place: no copies)",
@@ -292,8 +292,8 @@ class Plan:
             f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
             f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time (staged in shared memory on the GPU); "
             f"the sum is split into {self.splits} parts",
-            f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32, "
-            "added in order with Kahan compensation)",
+            f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
+            "the parts are added with compensation)",
         ])  # fmt: skip
 
     def _phases_text(self) -> str:
