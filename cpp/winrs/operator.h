@@ -16,8 +16,8 @@ struct BackwardFilterOp {
   Problem problem;
   Plan plan;
   // Independent problems of the same shape stacked on leading axes (vmap): each has its own dW and
-  // (buckets - 1) x |dW| of workspace, laid out one after the other. An input shared by every problem (leading
-  // axes of size 1) has a group stride of 0.
+  // (buckets - 1) x |dW| of workspace, laid out one after the other. An input shared by every problem
+  // (leading axes of size 1) has a group stride of 0.
   int64_t groups = 1;
   int64_t input_group_stride = 0, grad_group_stride = 0;  // elements between the problems' X and dY
 
