@@ -1,5 +1,5 @@
 // The direct grouped filter gradient on the GPU (winrs/grouped.h): one kernel template over the storage type
-// and the thread's tap tile, then the Kahan sum of the splits (dispatch.cu's bucket reduction).
+// and the thread's tap tile, then the compensated sum of the splits (winrs/reduction.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,9 +30,6 @@ __device__ __forceinline__ void store16(float* dst, const uint4& raw, T) {  // b
   }
 }
 
-// Block: kGroupedLanes output channels x kGroupedSlots warps; grid: channel blocks x units x (stacked
-// problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
-// zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
 // Resident blocks per SM the registers must allow: small tap tiles keep 20 warps busy (their sums are
 // memory bound), larger ones 16 or 12 (up to 7 x 7 accumulators), without spilling.
 template <int TW>
@@ -40,6 +37,9 @@ constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 16   ? 5
                                   : grouped_tile_rows(TW) * TW <= 25 ? 4
                                                                      : 3;
 
+// Block: kGroupedLanes output channels x kGroupedSlots warps; grid: channel blocks x units x (stacked
+// problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
+// zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
 template <typename T, int TW, bool kUnitColumns>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlocks<TW>)
     grouped_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x, const T* __restrict__ dy,
