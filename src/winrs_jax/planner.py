@@ -438,10 +438,8 @@ def make_plan(
     reason = reason or _unsupported(spec, np.dtype(dtype), direct is not None)
     if reason:
         return Plan(supported=False, reason=reason)
-    if (
-        groups > 1 and direct is None
-    ):  # G independent problems of C / G -> K / G channels, stacked in one launch
-        dn = spec.dimension_numbers
+    if groups > 1 and direct is None:
+        # G independent problems of C / G -> K / G channels, stacked in one launch.
         lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)
         lhs_one[dn.lhs_spec[1]] //= groups
         rhs_one[dn.rhs_spec[0]] //= groups
