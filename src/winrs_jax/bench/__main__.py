@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", action="append", choices=[*SUITES, "none"],
                         help="built-in layers, repeatable (default: paper and real on a GPU, else small)")  # fmt: skip
     parser.add_argument("--shape", action="append", default=[],
-                        help="extra layer N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW")  # fmt: skip
+                        help="extra layer N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW, "
+                        "then optionally :gG (groups) :sS (stride) :dD (dilation)")  # fmt: skip
     parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: all four")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=10)
