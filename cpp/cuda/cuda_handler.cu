@@ -16,44 +16,39 @@ namespace ffi = xla::ffi;
 namespace winrs::ffi_glue {
 namespace {
 
+// "" on success, else the failed stage and CUDA's message.
+std::string cuda_error(cudaError_t e, const char* stage) {
+  return e == cudaSuccess ? std::string() : std::string(stage) + ": " + cudaGetErrorString(e);
+}
+
 ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                 ffi::ResultBuffer<ffi::F32> filter_grad,
                                 ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
-  try {
-    BackwardFilterOp op;
-    if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
-      return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
-    const char* stage = "";
-    if (cudaError_t e =
+  return run_call<BackwardFilterOp>(
+      "winrs_backward_filter",
+      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); },
+      [&](const BackwardFilterOp& op) {
+        const char* stage = "";
+        const cudaError_t e =
             cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
                                       filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
-        e != cudaSuccess)
-      return ffi::Error::Internal(std::string("winrs_backward_filter: ") + stage + ": " +
-                                  cudaGetErrorString(e));
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
-  }
-  return ffi::Error::Success();
+        return cuda_error(e, stage);
+      });
 }
 
 ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                     ffi::ResultBuffer<ffi::F32> filter_grad,
                                     ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
-  try {
-    GroupedOp op;
-    if (std::string error = decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, &op);
-        !error.empty())
-      return ffi::Error::InvalidArgument("winrs_grouped_filter_grad: " + error);
-    const char* stage = "";
-    if (cudaError_t e = cuda::run_grouped(op, input.untyped_data(), out_grad.untyped_data(),
-                                          filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
-        e != cudaSuccess)
-      return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + stage + ": " +
-                                  cudaGetErrorString(e));
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + e.what());
-  }
-  return ffi::Error::Success();
+  return run_call<GroupedOp>(
+      "winrs_grouped_filter_grad",
+      [&](GroupedOp* op) { return decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, op); },
+      [&](const GroupedOp& op) {
+        const char* stage = "";
+        const cudaError_t e =
+            cuda::run_grouped(op, input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                              workspace->typed_data(), stream, &stage);
+        return cuda_error(e, stage);
+      });
 }
 
 }  // namespace

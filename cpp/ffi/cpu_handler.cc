@@ -90,44 +90,33 @@ struct Pool {
 ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
                                PlanAttrs attrs) {
-  try {
-    BackwardFilterOp op;
-    if (std::string error = decode_call(input, out_grad, filter_grad, workspace, attrs, &op); !error.empty())
-      return ffi::Error::InvalidArgument("winrs_backward_filter: " + error);
-    std::string error;
-    cpu::backward_filter(
-        op,
-        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
-        Pool{&pool, &error});
-    if (!error.empty()) return ffi::Error::Internal("winrs_backward_filter: " + error);
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("winrs_backward_filter: ") + e.what());
-  } catch (...) {
-    return ffi::Error::Internal("winrs_backward_filter: unknown error");
-  }
-  return ffi::Error::Success();
+  return run_call<BackwardFilterOp>(
+      "winrs_backward_filter",
+      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); },
+      [&](const BackwardFilterOp& op) {
+        std::string error;
+        cpu::backward_filter(op,
+                             {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                              workspace->typed_data()},
+                             Pool{&pool, &error});
+        return error;
+      });
 }
 
 ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                    ffi::ResultBuffer<ffi::F32> filter_grad,
                                    ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
-  try {
-    GroupedOp op;
-    if (std::string error = decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, &op);
-        !error.empty())
-      return ffi::Error::InvalidArgument("winrs_grouped_filter_grad: " + error);
-    std::string error;
-    cpu::grouped_filter_grad(
-        op,
-        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
-        Pool{&pool, &error});
-    if (!error.empty()) return ffi::Error::Internal("winrs_grouped_filter_grad: " + error);
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("winrs_grouped_filter_grad: ") + e.what());
-  } catch (...) {
-    return ffi::Error::Internal("winrs_grouped_filter_grad: unknown error");
-  }
-  return ffi::Error::Success();
+  return run_call<GroupedOp>(
+      "winrs_grouped_filter_grad",
+      [&](GroupedOp* op) { return decode_grouped_call(input, out_grad, filter_grad, workspace, attrs, op); },
+      [&](const GroupedOp& op) {
+        std::string error;
+        cpu::grouped_filter_grad(op,
+                                 {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                                  workspace->typed_data()},
+                                 Pool{&pool, &error});
+        return error;
+      });
 }
 
 }  // namespace

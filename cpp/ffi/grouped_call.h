@@ -25,9 +25,8 @@ struct GroupedAttrs {
 };
 
 // Buffers: input N x H x W x C and out_grad N x OH x OW x K in the path's storage type, filter_grad
-// K x FH x FW x C_g (float32), each behind the same leading (stacked) axes, of which X or dY may have all
-// size 1 (shared), and a float32 workspace of op->workspace_elems(). Returns an error message, empty on
-// success.
+// K x FH x FW x C_g (float32), stacked as decode_stacked (launch.h) reads them, and a float32 workspace of
+// op->workspace_elems(). Returns an error message, empty on success.
 template <typename Ret>
 std::string decode_grouped_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                                 Ret& filter_grad, Ret& workspace, const GroupedAttrs& a, GroupedOp* op) {
@@ -36,27 +35,16 @@ std::string decode_grouped_call(const xla::ffi::AnyBuffer& input, const xla::ffi
   if (a.sm_count < 1 || a.sm_count > kIntMax || a.splits < 0 || a.splits > kIntMax)
     return "planner attribute out of range";
   const Path path = static_cast<Path>(a.path);
-  if (input.element_type() != storage_dtype(path) || out_grad.element_type() != storage_dtype(path))
-    return std::string("input and output gradient must be stored as the element type of path ") +
-           path_info(path).name;
-  const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
-  if (x.size() < 4 || x.size() != dy.size() || x.size() != dw.size())
-    return "input, output gradient and filter gradient need rank 4 plus the same number of leading axes";
-  const size_t lead = x.size() - 4;
+  StackedBuffers b;
+  if (std::string error = decode_stacked(input, out_grad, filter_grad, path, &b); !error.empty())
+    return error;
   GroupedShapes s;
-  s.input_shared = s.grad_shared = lead > 0;
-  for (size_t d = 0; d < lead; ++d) {
-    s.input_shared = s.input_shared && x[d] == 1;
-    s.grad_shared = s.grad_shared && dy[d] == 1;
-    s.stacked *= dw[d];
-  }
-  for (size_t d = 0; d < lead; ++d)
-    if ((x[d] != dw[d] && !s.input_shared) || (dy[d] != dw[d] && !s.grad_shared))
-      return "leading (stacked) axes of the input and output gradient must equal the filter gradient's, or "
-             "all be 1";
-  std::copy_n(x.begin() + lead, 4, s.input);
-  std::copy_n(dy.begin() + lead, 4, s.out_grad);
-  std::copy_n(dw.begin() + lead, 4, s.filter_grad);
+  std::copy_n(b.input, 4, s.input);
+  std::copy_n(b.out_grad, 4, s.out_grad);
+  std::copy_n(b.filter_grad, 4, s.filter_grad);
+  s.stacked = b.count;
+  s.input_shared = b.input_shared;
+  s.grad_shared = b.grad_shared;
   const int64_t pads[4] = {a.pad_top, a.pad_bottom, a.pad_left, a.pad_right};
   std::copy_n(pads, 4, s.pads);
   s.strides[0] = a.stride_h;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <string>
 
@@ -34,10 +35,45 @@ inline xla::ffi::DataType storage_dtype(Path path) {
   }
 }
 
+// The stacked problems of one call, shared by both targets: X, dY and dW are each a rank-4 problem behind
+// the same leading (vmapped) axes, of which X or dY may have all size 1 (shared by every problem, no copies).
+struct StackedBuffers {
+  int64_t input[4], out_grad[4], filter_grad[4];  // one problem's dimensions
+  int64_t count = 1;                              // stacked problems
+  bool input_shared = false, grad_shared = false;
+};
+
+// Checks that X and dY are stored as `path`'s storage type and reads the stacking. Returns an error message,
+// empty on success.
+template <typename Ret>
+std::string decode_stacked(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                           Ret& filter_grad, Path path, StackedBuffers* out) {
+  if (input.element_type() != storage_dtype(path) || out_grad.element_type() != storage_dtype(path))
+    return std::string("input and output gradient must be stored as the element type of path ") +
+           path_info(path).name;
+  const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
+  if (x.size() < 4 || x.size() != dy.size() || x.size() != dw.size())
+    return "input, output gradient and filter gradient need rank 4 plus the same number of leading axes";
+  const size_t lead = x.size() - 4;
+  out->input_shared = out->grad_shared = lead > 0;
+  for (size_t d = 0; d < lead; ++d) {
+    out->input_shared = out->input_shared && x[d] == 1;
+    out->grad_shared = out->grad_shared && dy[d] == 1;
+    out->count *= dw[d];
+  }
+  for (size_t d = 0; d < lead; ++d)
+    if ((x[d] != dw[d] && !out->input_shared) || (dy[d] != dw[d] && !out->grad_shared))
+      return "leading (vmapped) axes of the input and output gradient must equal the filter gradient's, or "
+             "all be 1";
+  std::copy_n(x.begin() + lead, 4, out->input);
+  std::copy_n(dy.begin() + lead, 4, out->out_grad);
+  std::copy_n(dw.begin() + lead, 4, out->filter_grad);
+  return {};
+}
+
 // Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
-// O_C x F_H x F_W x I_C (float32), each behind the same leading (vmapped) axes, and a float32 workspace of
-// op->workspace_elems(). An input or output gradient whose leading axes all have size 1 is shared by every
-// stacked problem (vmap's expand_dims: no copies). Returns an error message, empty on success.
+// O_C x F_H x F_W x I_C (float32), stacked as decode_stacked reads them, and a float32 workspace of
+// op->workspace_elems(). Returns an error message, empty on success.
 template <typename Ret>
 std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                         Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
@@ -50,35 +86,41 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   const PlanOptions options{static_cast<Path>(a.path), static_cast<Path>(a.reference),
                             int(a.sm_count),           int(a.segments),
                             int(a.variant0),           int(a.variant1)};
-  if (input.element_type() != storage_dtype(options.path) ||
-      out_grad.element_type() != storage_dtype(options.path))
-    return std::string("input and output gradient must be stored as the element type of path ") +
-           path_info(options.path).name;
-
-  const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
-  if (x.size() < 4 || x.size() != dy.size() || x.size() != dw.size())
-    return "input, output gradient and filter gradient need rank 4 plus the same number of leading axes";
-  const size_t lead = x.size() - 4;
+  StackedBuffers b;
+  if (std::string error = decode_stacked(input, out_grad, filter_grad, options.path, &b); !error.empty())
+    return error;
   Shapes shapes;
-  shapes.input_shared = shapes.grad_shared = lead > 0;
-  for (size_t d = 0; d < lead; ++d) {
-    shapes.input_shared = shapes.input_shared && x[d] == 1;
-    shapes.grad_shared = shapes.grad_shared && dy[d] == 1;
-    shapes.groups *= dw[d];
-  }
-  for (size_t d = 0; d < lead; ++d)
-    if ((x[d] != dw[d] && !shapes.input_shared) || (dy[d] != dw[d] && !shapes.grad_shared))
-      return "leading (vmapped) axes of the input and output gradient must equal the filter gradient's, or "
-             "all be 1";
-  std::copy_n(x.begin() + lead, 4, shapes.input);
-  std::copy_n(dy.begin() + lead, 4, shapes.out_grad);
-  std::copy_n(dw.begin() + lead, 4, shapes.filter_grad);
+  std::copy_n(b.input, 4, shapes.input);
+  std::copy_n(b.out_grad, 4, shapes.out_grad);
+  std::copy_n(b.filter_grad, 4, shapes.filter_grad);
   const int64_t pads[4] = {a.pad_top, a.pad_bottom, a.pad_left, a.pad_right};
   std::copy_n(pads, 4, shapes.pads);
+  shapes.groups = b.count;
+  shapes.input_shared = b.input_shared;
+  shapes.grad_shared = b.grad_shared;
   if (std::string error = make_backward_filter(shapes, options, op); !error.empty()) return error;
   if (int64_t(workspace->element_count()) != op->workspace_elems())
     return "workspace size does not match the plan's (buckets - 1) x filter size";
   return {};
+}
+
+// One FFI call of `target`, the frame of every handler: decode(&op) says what is wrong with the call
+// (InvalidArgument), run(op) what failed while running it (Internal); both "" on success. No C++ exception
+// leaves it: one becomes an Internal error naming the target.
+template <typename Op, typename Decode, typename Run>
+xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcept {
+  try {
+    Op op;
+    if (std::string error = decode(&op); !error.empty())
+      return xla::ffi::Error::InvalidArgument(std::string(target) + ": " + error);
+    if (std::string error = run(op); !error.empty())
+      return xla::ffi::Error::Internal(std::string(target) + ": " + error);
+  } catch (const std::exception& e) {
+    return xla::ffi::Error::Internal(std::string(target) + ": " + e.what());
+  } catch (...) {
+    return xla::ffi::Error::Internal(std::string(target) + ": unknown error");
+  }
+  return xla::ffi::Error::Success();
 }
 
 }  // namespace winrs::ffi_glue
