@@ -23,22 +23,10 @@ constexpr int kBlockOc = 64, kBlockIc = 64, kUnitsPerStep = 16;
 constexpr int kLanes = 16, kMicroOc = 4;
 using Vec = Lanes<kLanes>;
 
-// One element of X or dY in the path's storage type, as a float (exact).
-template <Storage S>
-float load_element(const void* base, int64_t index) {
-  if constexpr (S == Storage::kF32) {
-    return static_cast<const float*>(base)[index];
-  } else {
-    uint16_t bits;
-    std::memcpy(&bits, static_cast<const char*>(base) + 2 * index, 2);
-    return S == Storage::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
-  }
-}
-
 template <Storage S>
 Vec load_lanes(const void* base, int64_t index, int valid) {
   Vec v(0.0);
-  for (int l = 0; l < std::min(valid, kLanes); ++l) v.v[l] = load_element<S>(base, index + l);
+  for (int l = 0; l < std::min(valid, kLanes); ++l) v.v[l] = load_storage<S>(base, index + l);
   return v;
 }
 

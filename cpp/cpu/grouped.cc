@@ -1,7 +1,6 @@
 #include "cpu/grouped.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "winrs/numeric.h"
 #include "winrs/reduction.h"
@@ -9,22 +8,8 @@
 namespace winrs::cpu {
 namespace {
 
-template <Storage S>
-struct HostElem {
-  using T = std::conditional_t<S == Storage::kF32, float, uint16_t>;
-  static float get(const T* p, int64_t i) {
-    if constexpr (S == Storage::kF32) {
-      return p[i];
-    } else {
-      return S == Storage::kBF16 ? bf16_bits_to_float(p[i]) : f16_bits_to_float(p[i]);
-    }
-  }
-};
-
 template <Storage S, int TW, bool kUnitColumns>
 void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parallel_for) {
-  using Elem = HostElem<S>;
-  using T = typename Elem::T;
   constexpr int TH = grouped_tile_rows(TW);
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
@@ -33,8 +18,7 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
   parallel_for(op.stacked * plan.splits * plan.units, [&](int64_t task) {
     const int64_t unit = task % plan.units, split = (task / plan.units) % plan.splits;
     const int64_t problem = task / (plan.units * plan.splits);
-    const T* x = static_cast<const T*>(b.input) + problem * op.input_stride;
-    const T* dy = static_cast<const T*>(b.out_grad) + problem * op.grad_stride;
+    const int64_t x0 = problem * op.input_stride, dy0 = problem * op.grad_stride;
     float* out = split == 0 ? b.filter_grad + problem * dw_elems
                             : b.workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
     for (int64_t k = 0; k < p.out_c; ++k) {
@@ -49,12 +33,12 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
           auto x_at = [&](int64_t row, int64_t col) {
             const int64_t ih = o.ih + row, iw = o.iw + col;
             if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
-            return Elem::get(x, ((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
+            return load_storage<S>(b.input, x0 + ((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
           };
           auto g_at = [&](int64_t row, int64_t col) {
             const int64_t oh = o.oh + row, ow = o.ow + col;
             if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
-            return Elem::get(dy, ((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
+            return load_storage<S>(b.out_grad, dy0 + ((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
           };
           for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
             grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);

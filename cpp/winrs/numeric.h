@@ -77,6 +77,18 @@ inline float f16_bits_to_float(uint16_t h) {
 
 inline float round_f16(float f) { return f16_bits_to_float(float_to_f16_bits(f)); }
 
+// One element of X or dY stored as S, as a float (exact): the CPU executors' reads.
+template <Storage S>
+float load_storage(const void* base, int64_t index) {
+  if constexpr (S == Storage::kF32) {
+    return static_cast<const float*>(base)[index];
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const char*>(base) + 2 * index, 2);
+    return S == Storage::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+  }
+}
+
 // The operand a path feeds the tensor cores (or the FFMA), for one transformed value.
 inline float round_operand(Operand op, float f) {
   switch (op) {
