@@ -16,6 +16,23 @@ def reference_filter_grad(x, dy, filter_hw, pads):
     return dw
 
 
+def reference_general_filter_grad(x, dy, filter_hw, strides, pads, dilation=(1, 1), groups=1):
+    """float64 filter gradient K x FH x FW x C/G of an NHWC layer with any strides, filter dilation, (non-negative)
+    padding ((top, bottom), (left, right)) and feature groups."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    xp = np.pad(x, ((0, 0), *pads, (0, 0)))
+    (sh, sw), (dh, dw_), (n, oh, ow, k), c = strides, dilation, dy.shape, x.shape[3]
+    dw = np.zeros((k, *filter_hw, c // groups))
+    grad = dy.reshape(n, oh, ow, groups, k // groups)
+    for a, b in np.ndindex(*filter_hw):
+        window = xp[
+            :, a * dh : a * dh + sh * (oh - 1) + 1 : sh, b * dw_ : b * dw_ + sw * (ow - 1) + 1 : sw, :
+        ]
+        window = window.reshape(n, oh, ow, groups, c // groups)
+        dw[:, a, b, :] = np.einsum("nhwgk,nhwgc->gkc", grad, window).reshape(k, c // groups)
+    return dw
+
+
 def mare(actual, expected):
     """Mean absolute relative error, the paper's accuracy metric (section 6.3), over the nonzero reference
     entries (entries that only meet padding are exactly zero; callers check those with an absolute bound)."""

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import reference_general_filter_grad
 from jax import lax
 
 import winrs_jax
@@ -240,16 +241,7 @@ def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):
 
 def _reference_strided(x, dy, filter_hw, strides, pads, dilation=(1, 1)):
     """float64 filter gradient of a strided or dilated NHWC layer: K x FH x FW x C."""
-    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
-    xp = np.pad(x, ((0, 0), *pads, (0, 0)))
-    (sh, sw), (dh, dw_), (oh, ow) = strides, dilation, dy.shape[1:3]
-    dw = np.zeros((dy.shape[3], *filter_hw, x.shape[3]))
-    for a, b in np.ndindex(*filter_hw):
-        window = xp[
-            :, a * dh : a * dh + sh * (oh - 1) + 1 : sh, b * dw_ : b * dw_ + sw * (ow - 1) + 1 : sw, :
-        ]
-        dw[:, a, b, :] = np.einsum("nhwk,nhwc->kc", dy, window)
-    return dw
+    return reference_general_filter_grad(x, dy, filter_hw, strides, pads, dilation)
 
 
 @pytest.mark.parametrize(

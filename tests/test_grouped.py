@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import reference_general_filter_grad
 from jax import lax
 
 import winrs_jax
@@ -17,22 +18,10 @@ NHWC = ("NHWC", "HWIO", "NHWC")
 
 
 def _reference(x, dy, filter_hw, strides, pads, dilation, groups):
-    """float64 dW (FH x FW x C/G x K, HWIO) of X (N x H x W x C) and dY (N x OH x OW x K), summed directly."""
-    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
-    (top, bottom), (left, right) = pads
-    xp = np.pad(x, ((0, 0), (max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0)), (0, 0)))
-    xp = xp[:, max(-top, 0) : xp.shape[1] - max(-bottom, 0), max(-left, 0) : xp.shape[2] - max(-right, 0)]
-    n, oh, ow, k = dy.shape
-    c = x.shape[3]
-    dw = np.zeros((*filter_hw, c // groups, k))
-    for i in range(filter_hw[0]):
-        for j in range(filter_hw[1]):
-            rows = slice(i * dilation[0], i * dilation[0] + (oh - 1) * strides[0] + 1, strides[0])
-            cols = slice(j * dilation[1], j * dilation[1] + (ow - 1) * strides[1] + 1, strides[1])
-            window = xp[:, rows, cols, :].reshape(n, oh, ow, groups, c // groups)
-            grad = dy.reshape(n, oh, ow, groups, k // groups)
-            dw[i, j] = np.einsum("nhwgc,nhwgk->cgk", window, grad).reshape(c // groups, k)
-    return dw
+    """float64 dW (FH x FW x C/G x K, HWIO) of X (N x H x W x C) and dY (N x OH x OW x K)."""
+    return reference_general_filter_grad(x, dy, filter_hw, strides, pads, dilation, groups).transpose(
+        1, 2, 3, 0
+    )
 
 
 def _filter_grad(x, dy, w_shape, strides, pads, dilation, groups, options=None, dn=NHWC):
