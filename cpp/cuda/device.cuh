@@ -1,5 +1,6 @@
 // Device helpers of the Omega kernels: element types of a path, predicated vector loads from global memory,
-// conversions at the shared-memory store, and the warp-level tensor-core instructions (PTX, sm_80 and later).
+// operand words for the shared-memory stores, and the warp-level tensor-core instructions (PTX, sm_80 and
+// later).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,15 +52,15 @@ __device__ __forceinline__ uint32_t tf32_bits(float f) {
 // the load would wait for it: on the 16-bit paths that exposed every load's latency, 3x slower).
 template <int P, typename T>
 struct Channels {
-  alignas(P * sizeof(T)) T v[P];
+  alignas(P * sizeof(T) < 16 ? P * sizeof(T) : 16) T v[P];
 
   __device__ __forceinline__ float operator[](int q) const { return to_float(v[q]); }
 };
 
 // Loads P consecutive elements from global memory; zeros where !valid or beyond `remaining` elements. With
-// vectors (the channel count is a multiple of P and the base pointer is aligned to P elements) one predicated
-// P-wide load serves. `vectors` is a compile-time constant where the kernel compiled its main loop for each
-// case (no branch per load), or a bool.
+// vectors (the channel count is a multiple of min(P, 16 bytes) elements and the base pointer is aligned to as
+// many bytes) P-wide loads of up to 16 bytes serve, each predicated as a whole. `vectors` is a compile-time
+// constant: the caller branches once for many loads.
 template <bool Vectors, int P, typename T>
 __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining,
                                               std::integral_constant<bool, Vectors>) {
@@ -67,8 +68,12 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
   if constexpr (Vectors) {
     constexpr int bytes = P * int(sizeof(T));
     if (valid && remaining > 0) {
-      if constexpr (bytes == 16) {
-        *reinterpret_cast<uint4*>(dst.v) = __ldg(reinterpret_cast<const uint4*>(src));
+      if constexpr (bytes >= 16) {
+        constexpr int per_load = 16 / int(sizeof(T));
+#pragma unroll
+        for (int i = 0; i < bytes / 16; ++i)
+          if (i == 0 || remaining > i * per_load)
+            reinterpret_cast<uint4*>(dst.v)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
       } else if constexpr (bytes == 8) {
         *reinterpret_cast<uint2*>(dst.v) = __ldg(reinterpret_cast<const uint2*>(src));
       } else if constexpr (bytes == 4) {
@@ -84,50 +89,42 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
   }
 }
 
-template <int P, typename T>
-__device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining,
-                                              bool vectors) {
-  if (vectors) {
-    load_channels(dst, src, valid, remaining, std::true_type{});
+// Shared-memory words of GEMM operands: two 16-bit operands (rounded to nearest even) per word, or one FP32
+// word (TF32 rounded as cvt.rna; split TF32 and FP32 keep the value, split at the fragment load).
+template <Operand O>
+inline constexpr bool kSixteenBit = O == Operand::kBF16 || O == Operand::kF16;
+
+template <Operand O>
+__device__ __forceinline__ uint32_t operand_pair(float a, float b) {
+  static_assert(kSixteenBit<O>);
+  if constexpr (O == Operand::kBF16) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&pair);
   } else {
-    load_channels(dst, src, valid, remaining, std::false_type{});
+    const __half2 pair = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&pair);
   }
 }
 
-// Element i of P transformed tiles, converted to the operand, to P consecutive shared-memory elements.
-template <Operand O, int P, int Alpha>
-__device__ __forceinline__ void store_channels(typename SmemType<O>::T* dst, const float (&t)[P][Alpha],
-                                               int i) {
-  if constexpr (O == Operand::kBF16 || O == Operand::kF16) {
-    using Pair = typename std::conditional<O == Operand::kBF16, __nv_bfloat162, __half2>::type;
-    auto pack = [](float a, float b) {
-      if constexpr (O == Operand::kBF16) {
-        return __floats2bfloat162_rn(a, b);
-      } else {
-        return __floats2half2_rn(a, b);
-      }
-    };
-    if constexpr (P == 4) {
-      Pair lo = pack(t[0][i], t[1][i]), hi = pack(t[2][i], t[3][i]);
-      uint2 bits;
-      bits.x = *reinterpret_cast<unsigned*>(&lo);
-      bits.y = *reinterpret_cast<unsigned*>(&hi);
-      *reinterpret_cast<uint2*>(dst) = bits;
-    } else if constexpr (P == 2) {
-      *reinterpret_cast<Pair*>(dst) = pack(t[0][i], t[1][i]);
-    } else {
-      dst[0] = typename SmemType<O>::T(t[0][i]);
-    }
+template <Operand O>
+__device__ __forceinline__ uint32_t operand_word(float v) {
+  static_assert(!kSixteenBit<O>);
+  return O == Operand::kTF32 ? tf32_bits(v) : __float_as_uint(v);
+}
+
+// W consecutive 32-bit words to shared memory in stores of up to 16 bytes (dst aligned to min(4 W, 16)
+// bytes).
+template <int W>
+__device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[W]) {
+  if constexpr (W % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < W; i += 4)
+      reinterpret_cast<uint4*>(dst)[i / 4] = make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]);
+  } else if constexpr (W == 2) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
   } else {
-    auto value = [](float v) { return O == Operand::kTF32 ? __uint_as_float(tf32_bits(v)) : v; };
-    if constexpr (P == 4) {
-      *reinterpret_cast<float4*>(dst) =
-          make_float4(value(t[0][i]), value(t[1][i]), value(t[2][i]), value(t[3][i]));
-    } else if constexpr (P == 2) {
-      *reinterpret_cast<float2*>(dst) = make_float2(value(t[0][i]), value(t[1][i]));
-    } else {
-      dst[0] = value(t[0][i]);
-    }
+    static_assert(W == 1);
+    *reinterpret_cast<uint32_t*>(dst) = w[0];
   }
 }
 

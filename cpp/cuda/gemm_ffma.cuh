@@ -34,13 +34,17 @@ struct FfmaGemm {
       for (int j = 0; j < thread_ic; ++j) acc[i][j] = 0.0f;
   }
 
-  // Algorithm 3, line 10, for this thread's slice and tile; one part per step (one load phase).
+  // Algorithm 3, line 10, for this thread's slice and tile: part Part of a step's K rows (one per load
+  // phase).
+  static constexpr int k_per_part = C::K / C::phases;
+  static_assert(k_per_part * C::phases == C::K);
+
   template <int Part>
   __device__ void run(const float* stage) {
     const float* gs = stage + slice * C::K * C::gs_stride + ty * thread_oc;
     const float* ds = stage + C::filter_stage + slice * C::K * C::ds_stride + tx * thread_ic;
 #pragma unroll
-    for (int k = 0; k < C::K; ++k) {
+    for (int k = Part * k_per_part; k < (Part + 1) * k_per_part; ++k) {
       float a[thread_oc], b[thread_ic];
 #pragma unroll
       for (int i = 0; i < thread_oc; i += 4)

@@ -13,9 +13,19 @@ namespace winrs::cuda {
 
 inline constexpr int kThreads = 256;  // 8 warps
 inline constexpr int kWarps = kThreads / 32;
-// Units staged per load phase: each warp loads and transforms one unit (dY unit and X tile) per phase. A
-// main-loop step has units_per_step / 8 phases, each overlapping its global loads with one part of the GEMM.
-inline constexpr int kUnitsPerPhase = 8;
+
+// Channels per chunk of the staging: at least 16 bytes of the storage type and enough that one load phase
+// covers a step (K units of B_N + B_M channels) with the block's threads, halved (one more load phase) while
+// a thread's raw registers for a chunk (max(alpha, r) columns) would pass 32 (16 under the 128-register cap
+// of two blocks per SM). One phase keeps all of a step's loads in flight during the whole GEMM: on split TF32
+// a 16-register bound (two phases) measured 10-20% slower than this one.
+constexpr int chunk_channels(int storage_bytes, int columns, int step_channels, int blocks_per_sm) {
+  const int budget = (blocks_per_sm > 1 ? 16 : 32) * 4;  // bytes
+  int v = 16 / storage_bytes;
+  while (v * kThreads < step_channels) v *= 2;
+  while (v > 1 && columns * v * storage_bytes > budget) v /= 2;
+  return v;
+}
 
 template <int V, Path P>
 struct OmegaConfig {
@@ -31,13 +41,20 @@ struct OmegaConfig {
   static constexpr int BN = kVariants[V].shape(P).block_oc, BM = kVariants[V].shape(P).block_ic;
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
-  static constexpr int phases = K / kUnitsPerPhase;
-  static_assert(phases * kUnitsPerPhase == K);
 
-  // Consecutive channels each thread loads and transforms per phase: one unit per warp, so a warp covers
-  // B_N output channels of its dY unit and B_M input channels of its X tile.
-  static constexpr int FC = BN / 32, IC = BM / 32;
-  static_assert(FC * 32 == BN && IC * 32 == BM && FC <= 4 && IC <= 4 && 4 % FC == 0 && 4 % IC == 0);
+  // Staging (Loader): a step's K units are cut into chunks of `chunk` consecutive channels of one unit's dY
+  // rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit). Thread t takes chunk
+  // phase * 256 + t in each load phase; each phase overlaps its loads with one part of the GEMM.
+  static constexpr int step_channels = K * (BN + BM);
+  static constexpr int chunk =
+      chunk_channels(storage_bytes(P), alpha > r ? alpha : r, step_channels, blocks_per_sm);
+  static constexpr int filter_chunks = K * BN / chunk, chunks = filter_chunks + K * BM / chunk;
+  static constexpr int phases = [] {  // a power of two, so that the GEMM splits evenly into parts
+    int p = 1;
+    while (p * kThreads < chunks) p *= 2;
+    return p;
+  }();
+  static_assert(BN % chunk == 0 && BM % chunk == 0 && filter_chunks % 32 == 0, "a warp stages one side");
 
   // Shared memory per stage: Gs[alpha][K][B_N + pad] and Ds[alpha][K][B_M + pad]. The tensor-core paths pad
   // each K row by 16 bytes (16-bit) or 32 bytes (FP32 words) so that ldmatrix and the TF32 fragment loads of

@@ -2,9 +2,10 @@
 // and all arithmetic paths, with the batched GEMM as a compile-time policy (FFMA on CUDA cores or mma.sync on
 // tensor cores). A block runs one work tile of the TileScheduler (winrs/schedule.h): one segment, one filter
 // row fh, one filter-gradient tile of n columns and one B_N x B_M channel block. Its main loop walks the
-// tile's units (dimension reduction and filter split), units_per_step per step in load phases of 8: filter
-// transforms of dY units and input transforms of X tiles in FP32 registers, converted to the operand type at
-// the store into double-buffered shared memory, then the alpha-batched GEMM into FP32 accumulators. The
+// tile's units (dimension reduction and filter split), units_per_step per step, staged in load phases of one
+// channel chunk per thread: filter transforms of dY units and input transforms of X tiles in FP32 registers,
+// converted to the operand type at the store into double-buffered shared memory, then the alpha-batched GEMM
+// into FP32 accumulators. The
 // output transform runs after the loop, in R rounds through shared memory, and writes the segment's bucket.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
@@ -26,90 +27,141 @@ namespace winrs::cuda {
 template <class C>
 using GemmPolicy = std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>;
 
-// Global -> registers -> transforms -> shared memory for one unit per warp and phase (Algorithm 3, lines
-// 1-7). Each thread covers FC consecutive output channels of its warp's dY unit and IC consecutive input
-// channels of its X tile: one cursor and one address per side.
+// Global -> registers -> transforms -> shared memory (Algorithm 3, lines 1-7). In each load phase a thread
+// stages one chunk (OmegaConfig): `chunk` consecutive channels of one unit's dY rows or of its X tile, read
+// with one vector load per column. Its unit's position is a cursor that moves on by K units per step.
 template <class C>
 struct Loader {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   using Tile = typename C::Tile;
+  static constexpr int kColumns = C::alpha > C::r ? C::alpha : C::r;
+  static constexpr bool kPairs = kSixteenBit<C::operand>;  // two channels per shared-memory word
+  static constexpr int kWords = kPairs ? C::chunk / 2 : C::chunk;
+  static_assert(!kPairs || C::chunk % 2 == 0);
+
+  struct Slot {   // this thread's chunk in one load phase
+    bool active;  // fewer chunks than threads in the last phase
+    bool filter;  // dY side (filter transform) or X side (input transform); uniform in a warp
+    int k;        // the unit's K row in the stage
+    int channel;  // first channel of the chunk within the block
+    UnitCursor cursor;
+  };
 
   const T* out_grad;
   const T* input;
-  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, pad_left, f0;
-  int unit, filter_c, input_c, oc, ic;
-  bool vectors;  // both channel counts and base pointers allow the P-wide loads
+  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset, oc0, ic0;
+  bool vectors;  // both channel counts and base pointers allow the chunk-wide loads
   UnitWalk walk;
-  UnitCursor cursor;
-  Channels<C::FC, T> filter_raw[C::r];     // the dY unit, as loaded
-  Channels<C::IC, T> input_raw[C::alpha];  // the X tile, as loaded
+  Slot slots[C::phases];
+  Channels<C::chunk, T> raw[kColumns];  // the current phase's chunk, as loaded
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
     out_grad = dy;
     input = x;
     out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
-    in_h = int(p.in_h), in_w = int(p.in_w), pad_left = int(p.pad_left);
-    row_offset = work.fh - int(p.pad_top);  // input row = dY row + fh - pad_top
-    f0 = work.f0;
-    unit = tid / 32;
-    filter_c = (tid % 32) * C::FC;
-    input_c = (tid % 32) * C::IC;
-    oc = work.oc0 + filter_c;
-    ic = work.ic0 + input_c;
-    vectors = out_c % C::FC == 0 && reinterpret_cast<uintptr_t>(dy) % (sizeof(T) * C::FC) == 0 &&
-              in_c % C::IC == 0 && reinterpret_cast<uintptr_t>(x) % (sizeof(T) * C::IC) == 0;
+    in_h = int(p.in_h), in_w = int(p.in_w);
+    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
+    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 + t - pad_left
+    oc0 = work.oc0, ic0 = work.ic0;
+    constexpr int vector = C::chunk * sizeof(T) < 16 ? C::chunk : 16 / sizeof(T);  // elements per load
+    constexpr uintptr_t align = vector * sizeof(T);
+    vectors = out_c % vector == 0 && in_c % vector == 0 && reinterpret_cast<uintptr_t>(dy) % align == 0 &&
+              reinterpret_cast<uintptr_t>(x) % align == 0;
     walk = w;
-    cursor.start(unit, walk);
+#pragma unroll
+    for (int ph = 0; ph < C::phases; ++ph) {
+      Slot& slot = slots[ph];
+      const int c = ph * kThreads + tid;
+      slot.active = c < C::chunks;
+      slot.filter = c < C::filter_chunks;
+      const int local = slot.filter ? c : c - C::filter_chunks;
+      const int per_unit = (slot.filter ? C::BN : C::BM) / C::chunk;
+      slot.k = local / per_unit;
+      slot.channel = (local % per_unit) * C::chunk;
+      slot.cursor.start(slot.k, walk);
+    }
   }
 
-  // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase. `vectors`: see
-  // load_channels.
-  template <typename Vectors>
-  __device__ void load(Vectors vectors) {
-    const bool valid = cursor.valid(walk);
-    const int oh = cursor.out_row(walk), w0 = cursor.out_col(walk);
-    const int grad_at = valid ? ((cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0;
-#pragma unroll
-    for (int e = 0; e < C::r; ++e)
-      load_channels(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc, vectors);
-    const int row_at = valid ? (cursor.image * in_h + oh + row_offset) * in_w : 0;
-#pragma unroll
-    for (int e = 0; e < C::alpha; ++e) {
-      const int col = input_column(w0, f0, e, pad_left);
-      const bool in_bounds = valid && column_in_bounds(col, in_w);
-      load_channels(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds, in_c - ic,
-                    vectors);
+  // Phase Ph's chunk of the next step into registers (fetch_data); its cursor moves on by one step. One
+  // uniform branch per chunk picks the vector loads or the element-wise ones (see load_channels).
+  template <int Ph>
+  __device__ void load() {
+    if (vectors) {
+      load<Ph>(std::true_type{});
+    } else {
+      load<Ph>(std::false_type{});
     }
-    cursor.advance(kUnitsPerPhase, walk);
   }
 
-  // Transforms in FP32 registers, stored as GEMM operands at K row k of a stage.
-  __device__ void store(Smem* stage, int k) const {
-    Smem* gs = stage;
-    Smem* ds = stage + C::filter_stage;
-    float filter_t[C::FC][C::alpha], input_t[C::IC][C::alpha];
+  template <int Ph, bool Vectors>
+  __device__ void load(std::integral_constant<bool, Vectors> vector_loads) {
+    Slot& slot = slots[Ph];
+    if (!slot.active) return;
+    const bool valid = slot.cursor.valid(walk);
+    const int oh = slot.cursor.out_row(walk), w0 = slot.cursor.out_col(walk);
+    if (slot.filter) {
+      const int oc = oc0 + slot.channel;
+      const T* src = out_grad + (valid ? ((slot.cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0);
 #pragma unroll
-    for (int q = 0; q < C::FC; ++q) {
-      float unit[C::r];
+      for (int e = 0; e < C::r; ++e) load_channels(raw[e], src + e * out_c, valid, out_c - oc, vector_loads);
+    } else {
+      const int ic = ic0 + slot.channel, col0 = w0 + col_offset;
+      const T* row = input + (valid ? (slot.cursor.image * in_h + oh + row_offset) * in_w * in_c + ic : 0);
 #pragma unroll
-      for (int e = 0; e < C::r; ++e) unit[e] = filter_raw[e][q];
-      Tile::filter(unit, filter_t[q]);
+      for (int e = 0; e < C::alpha; ++e) {
+        const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
+        load_channels(raw[e], row + (in_bounds ? (col0 + e) * in_c : 0), in_bounds, in_c - ic, vector_loads);
+      }
     }
-#pragma unroll
-    for (int i = 0; i < C::alpha; ++i)
-      store_channels<C::operand>(gs + (i * C::K + k) * C::gs_stride + filter_c, filter_t, i);
-#pragma unroll
-    for (int q = 0; q < C::IC; ++q) {
-      float tile[C::alpha];
-#pragma unroll
-      for (int e = 0; e < C::alpha; ++e) tile[e] = input_raw[e][q];
-      Tile::input(tile, input_t[q]);
+    slot.cursor.advance(C::K, walk);
+  }
+
+  // Phase Ph's chunk through its transform in FP32 registers, stored as GEMM operands in its K row of
+  // `stage`.
+  template <int Ph>
+  __device__ void store(Smem* stage) const {
+    const Slot& slot = slots[Ph];
+    if (!slot.active) return;
+    if (slot.filter) {
+      transform_store<C::r>(
+          stage + slot.k * C::gs_stride + slot.channel, C::gs_stride,
+          [](const float (&unit)[C::r], float (&out)[C::alpha]) { Tile::filter(unit, out); });
+    } else {
+      transform_store<C::alpha>(
+          stage + C::filter_stage + slot.k * C::ds_stride + slot.channel, C::ds_stride,
+          [](const float (&tile)[C::alpha], float (&out)[C::alpha]) { Tile::input(tile, out); });
     }
+  }
+
+  // Transforms the chunk's channels (two at a time on the 16-bit paths, packed into one word) and writes
+  // the alpha rows of `Cols`-column inputs at dst, dst + K stride, ...
+  template <int Cols, class Transform>
+  __device__ void transform_store(Smem* dst, int stride, Transform transform) const {
+    uint32_t rows[C::alpha][kWords];
+    auto column = [&](auto q, float (&out)[C::alpha]) {
+      float in[Cols];
+      static_for<0, Cols>([&](auto e) { in[e] = raw[e][decltype(q)::value]; });
+      transform(in, out);
+    };
+    static_for<0, kWords>([&](auto word) {
+      constexpr int w = decltype(word)::value;
+      if constexpr (kPairs) {
+        float even[C::alpha], odd[C::alpha];
+        column(std::integral_constant<int, 2 * w>{}, even);
+        column(std::integral_constant<int, 2 * w + 1>{}, odd);
 #pragma unroll
-    for (int i = 0; i < C::alpha; ++i)
-      store_channels<C::operand>(ds + (i * C::K + k) * C::ds_stride + input_c, input_t, i);
+        for (int i = 0; i < C::alpha; ++i) rows[i][w] = operand_pair<C::operand>(even[i], odd[i]);
+      } else {
+        float out[C::alpha];
+        column(word, out);
+#pragma unroll
+        for (int i = 0; i < C::alpha; ++i) rows[i][w] = operand_word<C::operand>(out[i]);
+      }
+    });
+#pragma unroll
+    for (int i = 0; i < C::alpha; ++i) store_words(dst + i * C::K * stride, rows[i]);
   }
 };
 
@@ -145,36 +197,26 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   gemm.init(tid);
 
   // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM,
-  // one load phase per part of the GEMM. Kernels with a register budget to spare (one block per SM) compile
-  // it twice, with and without the vector loads, and choose once; under the 128-register cap of two blocks
-  // per SM the second copy spilled, so those keep one copy that chooses per load.
-  auto main_loop = [&](auto vectors) {
-    if (steps > 0) {
-      static_for<0, C::phases>([&](auto phase) {
-        loader.load(vectors);
-        loader.store(smem, decltype(phase)::value * kUnitsPerPhase + loader.unit);
-      });
-    }
+  // one load phase per part of the GEMM.
+  if (steps > 0) {
+    static_for<0, C::phases>([&](auto phase) {
+      constexpr int ph = decltype(phase)::value;
+      loader.template load<ph>();
+      loader.template store<ph>(smem);
+    });
+  }
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    const Smem* current = smem + (s & 1) * C::stage;
+    Smem* next = smem + ((s + 1) & 1) * C::stage;
+    const bool more = s + 1 < steps;
+    static_for<0, C::phases>([&](auto phase) {
+      constexpr int ph = decltype(phase)::value;
+      if (more) loader.template load<ph>();
+      gemm.template run<ph>(current);
+      if (more) loader.template store<ph>(next);
+    });
     __syncthreads();
-    for (int s = 0; s < steps; ++s) {
-      const Smem* current = smem + (s & 1) * C::stage;
-      Smem* next = smem + ((s + 1) & 1) * C::stage;
-      const bool more = s + 1 < steps;
-      static_for<0, C::phases>([&](auto phase) {
-        constexpr int ph = decltype(phase)::value;
-        if (more) loader.load(vectors);
-        gemm.template run<ph>(current);
-        if (more) loader.store(next, ph * kUnitsPerPhase + loader.unit);
-      });
-      __syncthreads();
-    }
-  };
-  if constexpr (C::blocks_per_sm > 1) {
-    main_loop(loader.vectors);
-  } else if (loader.vectors) {
-    main_loop(std::true_type{});
-  } else {
-    main_loop(std::false_type{});
   }
 
   // Output transform in R rounds (write_result, Algorithm 3 lines 12-18).
