@@ -126,21 +126,23 @@ def test_float32_precision_means_what_it_means_for_xla(precision, reference, rng
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16])
 @pytest.mark.parametrize(
-    "lhs_shape, rhs_shape, padding, dn",
+    "lhs_shape, rhs_shape, padding, dn, batch_groups",
     [
-        ((3, 17, 13, 5), (3, 3, 5, 7), ((2, 0), (1, 2)), DN),
-        ((2, 6, 19, 23), (10, 6, 5, 5), "SAME", ("NCHW", "OIHW", "NCHW")),
-        ((2, 33, 6), (7, 6, 3), ((3, 3),), ("NWC", "WIO", "NWC")),
+        ((3, 17, 13, 5), (3, 3, 5, 7), ((2, 0), (1, 2)), DN, 1),
+        ((2, 6, 19, 23), (10, 6, 5, 5), "SAME", ("NCHW", "OIHW", "NCHW"), 1),
+        ((2, 33, 6), (7, 6, 3), ((3, 3),), ("NWC", "WIO", "NWC"), 1),
+        ((4, 9, 11, 6), (3, 3, 6, 8), "SAME", DN, 2),  # grouped over the batch: a block-diagonal dY
     ],
 )
-def test_conv_gradients_match_xla_on_gpu(lhs_shape, rhs_shape, padding, dn, dtype, rng):
+def test_conv_gradients_match_xla_on_gpu(lhs_shape, rhs_shape, padding, dn, batch_groups, dtype, rng):
     lhs = jnp.asarray(rng.standard_normal(lhs_shape), dtype)
     rhs = jnp.asarray(rng.standard_normal(rhs_shape), dtype)
     strides = (1,) * (len(lhs_shape) - 2)
     precision = lax.Precision.HIGHEST if dtype == np.float32 else None
 
     def loss(conv, lhs, rhs):
-        y = conv(lhs, rhs, strides, padding, dimension_numbers=dn, precision=precision)
+        y = conv(lhs, rhs, strides, padding, dimension_numbers=dn, precision=precision,
+                 batch_group_count=batch_groups)  # fmt: skip
         return jnp.sum(jnp.sin(y.astype(jnp.float32)))
 
     ours = jax.jit(jax.grad(functools.partial(loss, winrs_jax.conv), argnums=(0, 1)))(lhs, rhs)

@@ -129,7 +129,6 @@ def test_forced_kernels():
             "rhs dilation (2, 2) (dilated filter) with strides",
         ),
         (dict(lhs_dilation=(2, 1)), "lhs dilation"),
-        (dict(batch_group_count=2), "batch_group_count 2"),
         (dict(dtype=np.float64), "float32, bfloat16 and float16 kernels"),
     ],
 )

@@ -156,13 +156,28 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
 
     A direct grouped plan runs as one call on the operands as they are. Another grouped layer runs its groups as
-    stacked problems (X and dY regrouped group-major); a dilated or strided
+    stacked problems (X and dY regrouped group-major), a layer grouped over the batch as one layer with a
+    block-diagonal dY; a dilated or strided
     one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper section 3, Level 2) becomes FD stacked
     2D problems, one per filter depth tap fd: the input's depth slices fd .. fd + OD - 1 and dY, each with batch
     and depth merged into N x OD images. dY is shared by the taps; the depth-shifted views of X are copies."""
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
                                         "direct", plan.strides, plan.dilation, plan.groups))  # fmt: skip
+    if plan.batch_groups > 1:
+        # The ungrouped layer on all N images of X with a block-diagonal dY: image g N / B + i gets dY[i]'s K / B
+        # channels of group g and zeros elsewhere, so dW's group g sums over exactly its images. B times dY's
+        # bytes and the groups' work, but X's batch axis stays whole: slicing or regrouping it split a batch
+        # partitioned over devices in ways the data-parallel custom partitioning cannot take.
+        b = plan.batch_groups
+        dy = dy.reshape(*dy.shape[:-1], b, dy.shape[-1] // b)
+        mask = jax.numpy.eye(b, dtype=dy.dtype).reshape(b, *[1] * (dy.ndim - stack - 2), b, 1)
+        dy = mask * jax.numpy.expand_dims(dy, stack)  # ... x B x N/B x ... x B x K/B
+        shape = (*dy.shape[:stack], x.shape[stack], *dy.shape[stack + 2 : -2], dy.shape[-2] * dy.shape[-1])
+        # Under explicit mesh axes the merged batch takes X's partitioning (a reshape must name it there).
+        explicit = _explicit_batch_axes(x, stack)[0] is not None
+        dy = lax.reshape(dy, shape, out_sharding=jax.typeof(x).sharding if explicit else None)
+        return run_plan(x, dy, dataclasses.replace(plan, batch_groups=1), options, stack)
     if plan.groups > 1:
         # ... x G x N x ... x C/G and ... x G x N x ... x K/G; dW ... x G x K/G x ... x C/G.
         regroup = lambda a: jax.numpy.moveaxis(a.reshape(*a.shape[:-1], plan.groups, -1), -2, stack)  # noqa: E731

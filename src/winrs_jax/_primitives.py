@@ -259,6 +259,8 @@ def _device_shape(x: Any, spec: ConvSpec, stack: int) -> tuple[int, ...]:
     """One problem's input shape as each device runs it: with the batch partitioned over mesh axes (known at
     trace time under explicit axes), the shard's."""
     shape = list(_unstacked(x, stack).shape)
+    if spec.batch_group_count > 1:  # a shard of the batch is not a batch-grouped layer of its own
+        return tuple(shape)
     batch = spec.dimension_numbers.lhs_spec[0]
     sharding = getattr(jax.typeof(x), "sharding", None)
     spec_axes = getattr(sharding, "spec", ())

@@ -223,7 +223,8 @@ def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> 
 
     def forward(w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dilation, dimension_numbers=dn,
-                                        feature_group_count=plan.groups, precision=precision)  # fmt: skip
+                                        feature_group_count=plan.groups, batch_group_count=plan.batch_groups,
+                                        precision=precision)  # fmt: skip
 
     return jax.vjp(forward, jnp.zeros((*window, c, k), x.dtype))[1](dy)[0]
 
@@ -290,7 +291,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
-            method=plan.method,
+            batch_groups=plan.batch_groups, method=plan.method,
         ),
         sort_keys=True,
     )  # fmt: skip
@@ -320,6 +321,7 @@ def _layer_text(plan: Plan) -> str:
         + (f", strides {plan.strides}" if plan.strides != (1, 1) else "")
         + (f", dilation {plan.dilation}" if plan.dilation != (1, 1) else "")
         + (f", {plan.groups} groups" if plan.groups > 1 else "")
+        + (f", {plan.batch_groups} batch groups" if plan.batch_groups > 1 else "")
     )
 
 

@@ -153,6 +153,10 @@ class Plan:
     # A grouped layer (feature_group_count): everything above describes one group's problem; the groups run
     # stacked in one launch.
     groups: int = 1
+    # A layer grouped over the batch (batch_group_count B): output-channel group b is computed from the b-th
+    # N / B images of X (lax's grouping). Everything above describes the ungrouped layer (all N images and K
+    # output channels), which runs with a block-diagonal dY (_partition.run_plan): B times the groups' work.
+    batch_groups: int = 1
     # "winrs", or "direct" for a grouped layer with few input channels per group (winrs/grouped.h): each GPU
     # thread sums a tile of filter taps (rows, columns) of one output channel directly over the batch, rows and
     # columns, reading strides, dilation and padding in place; the sum is split into `splits` parts added at
@@ -194,6 +198,9 @@ class Plan:
         """X, dY and dW of the layer in the canonical layouts N[D]HWC, N[D]HWK and K[D]HWC (of a grouped layer: C
         and K of all groups, dW's input channels of one group, as lax's filter)."""
         (h, w), (oh, ow), (fh, fw), (c, k) = self.input_hw, self.out_grad_hw, self.filter_hw, self.channels
+        if self.batch_groups > 1:  # dY has N / B images
+            x, dy, dw = dataclasses.replace(self, batch_groups=1).canonical_shapes()
+            return x, (dy[0] // self.batch_groups, *dy[1:]), dw
         if self.groups > 1:
             x, dy, dw = dataclasses.replace(self, groups=1).canonical_shapes()
             g = self.groups
@@ -229,6 +236,14 @@ class Plan:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
         if self.method == "direct":
             return self._direct_text()
+        if self.batch_groups > 1:
+            b, (_, k), dense = self.batch_groups, self.channels, dataclasses.replace(self, batch_groups=1)
+            lines = str(dense).split("\n")
+            n = dense.canonical_shapes()[0][0]
+            grouped = (f"  grouped    {b} groups of the batch ({n // b} images -> {k // b} output channels each): run "
+                       f"as the layer below with a block-diagonal dY (each image's dY zero outside its group's "
+                       f"channels: {b}x the groups' work and dY's size)")  # fmt: skip
+            return "\n".join([lines[0], grouped, *lines[1:]])
         if self.groups > 1:
             (c, k), g = self.channels, self.groups
             lines = str(dataclasses.replace(self, groups=1)).split("\n")
@@ -402,8 +417,6 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype, direct: bool) -> str:
     preferred = spec.preferred_element_type
     if preferred not in (None, np.dtype(np.float32), dtype):
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
-    if spec.batch_group_count != 1:
-        return f"batch_group_count {spec.batch_group_count} (grouped over the batch)"
     if any(s != 1 for s in spec.window_strides) and len(spec.window_strides) == 3:
         return f"window strides {spec.window_strides}: WinRS splits strides of 1D and 2D layers only"
     if any(d != 1 for d in spec.lhs_dilation):
@@ -438,6 +451,16 @@ def make_plan(
     reason = reason or _unsupported(spec, np.dtype(dtype), direct is not None)
     if reason:
         return Plan(supported=False, reason=reason)
+    if spec.batch_group_count > 1:
+        # Runs as the ungrouped layer (all N images, all K output channels) with a block-diagonal dY (lax allows
+        # no feature groups here).
+        b = spec.batch_group_count
+        dense = make_plan(
+            lhs_shape, rhs_shape, dtype, dataclasses.replace(spec, batch_group_count=1), options
+        )
+        if not dense.supported:
+            return dataclasses.replace(dense, reason=f"{b} batch groups: {dense.reason}")
+        return dataclasses.replace(dense, batch_groups=b)
     if groups > 1 and direct is None:
         # G independent problems of C / G -> K / G channels, stacked in one launch.
         lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)

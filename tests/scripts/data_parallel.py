@@ -1,6 +1,7 @@
 """Run by tests/test_sharding.py in a process with 4 CPU devices: batch-sharded training steps with
 winrs_jax.conv under jit (a plain Mesh and jax.make_mesh's explicit axes) and shard_map (with and without
-pcast), a second-order gradient and a vmapped ensemble under the sharded jit, compared with one device.
+pcast), a second-order gradient, a vmapped ensemble and a layer grouped over the batch under the sharded jit,
+compared with one device.
 Prints one JSON line."""
 
 import json
@@ -28,6 +29,10 @@ def loss(conv, w, x):
     return jnp.mean(jnp.sin(conv(x, w, (1, 1), "SAME", dimension_numbers=DN)))
 
 
+def batch_grouped_loss(conv, w, x):
+    return jnp.mean(jnp.sin(conv(x, w, (1, 1), "SAME", dimension_numbers=DN, batch_group_count=2)))
+
+
 def main() -> None:
     assert len(jax.devices()) == 4, jax.devices()
     rng = np.random.default_rng(0)
@@ -50,6 +55,15 @@ def main() -> None:
 
     shard_map_grad = jax.jit(shard_grad)(ws, xs)
 
+    # A layer grouped over the batch (2 groups of 4 images; each device holds 2 images of one group).
+    wg = w[..., :4]
+    batch_grouped_reference = jax.jit(
+        jax.grad(functools.partial(batch_grouped_loss, lax.conv_general_dilated))
+    )(wg, x)
+    batch_grouped = jax.jit(jax.grad(functools.partial(batch_grouped_loss, winrs_jax.conv)))(
+        jax.device_put(wg, NamedSharding(mesh, P())), xs
+    )
+
     # The default jax.make_mesh (explicit axis types), and shard_map with a replicated weight and no pcast:
     # lax's convolution needs neither annotation, so winrs_jax.conv must not either.
     explicit = jax.make_mesh((4,), ("d",))
@@ -67,6 +81,9 @@ def main() -> None:
             )  # the weight's gradient is psummed
 
         no_pcast = jax.jit(no_pcast_grad)(we, xe)
+        explicit_batch_grouped = jax.jit(jax.grad(functools.partial(batch_grouped_loss, winrs_jax.conv)))(
+            jax.device_put(wg, NamedSharding(explicit, P())), xe
+        )
 
         # The measured choice times the shard each device runs (batch 8 over 4 devices: 2).
         os.environ["WINRS_JAX_CACHE_DIR"] = cache = tempfile.mkdtemp()
@@ -103,6 +120,10 @@ def main() -> None:
         "no_pcast_error": float(jnp.abs(no_pcast - reference).max()) / scale,
         "penalty_error": float(jnp.abs(penalty_grad - penalty_reference).max() / jnp.abs(penalty_reference).max()),
         "ensemble_error": float(jnp.abs(ensemble - ensemble_reference).max() / jnp.abs(ensemble_reference).max()),
+        "batch_grouped_error": float(jnp.abs(batch_grouped - batch_grouped_reference).max()
+                                     / jnp.abs(batch_grouped_reference).max()),
+        "explicit_batch_grouped_error": float(jnp.abs(explicit_batch_grouped - batch_grouped_reference).max()
+                                              / jnp.abs(batch_grouped_reference).max()),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
         "measured_batches": measured_batches,
         "ensemble_gathers": [ensemble_hlo.count("all-gather("), lax_ensemble_hlo.count("all-gather(")],
