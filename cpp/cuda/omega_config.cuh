@@ -18,7 +18,7 @@ inline constexpr int kWarps = kThreads / 32;
 // covers a step (K units of B_N + B_M channels) with the block's threads, halved (one more load phase) while
 // a thread's raw registers for a chunk (max(alpha, r) columns) would pass 32 (16 under the 128-register cap
 // of two blocks per SM). One phase keeps all of a step's loads in flight during the whole GEMM: on split TF32
-// a 16-register bound (two phases) measured 10-20% slower than this one.
+// a 16-register bound (two phases) measured 12-17% slower than this one.
 constexpr int chunk_channels(int storage_bytes, int columns, int step_channels, int blocks_per_sm) {
   const int budget = (blocks_per_sm > 1 ? 16 : 32) * 4;  // bytes
   int v = 16 / storage_bytes;
@@ -42,9 +42,9 @@ struct OmegaConfig {
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
 
-  // Staging (Loader): a step's K units are cut into chunks of `chunk` consecutive channels of one unit's dY
-  // rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit). Thread t takes chunk
-  // phase * 256 + t in each load phase; each phase overlaps its loads with one part of the GEMM.
+  // Staging (Loader, omega_kernel.cuh): a step's K units are cut into chunks of `chunk` consecutive channels
+  // of one unit's dY rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit). Thread t
+  // takes chunk phase * 256 + t in each load phase; each phase overlaps its loads with one part of the GEMM.
   static constexpr int step_channels = K * (BN + BM);
   static constexpr int chunk =
       chunk_channels(storage_bytes(P), alpha > r ? alpha : r, step_channels, blocks_per_sm);

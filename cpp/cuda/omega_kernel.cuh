@@ -5,8 +5,8 @@
 // tile's units (dimension reduction and filter split), units_per_step per step, staged in load phases of one
 // channel chunk per thread: filter transforms of dY units and input transforms of X tiles in FP32 registers,
 // converted to the operand type at the store into double-buffered shared memory, then the alpha-batched GEMM
-// into FP32 accumulators. The
-// output transform runs after the loop, in R rounds through shared memory, and writes the segment's bucket.
+// into FP32 accumulators. The output transform runs after the loop, in R rounds through shared memory, and
+// writes the segment's bucket.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
