@@ -157,9 +157,10 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
 
     A direct grouped plan runs as one call on the operands as they are. Another grouped layer runs its groups as
     stacked problems (X and dY regrouped group-major), a layer grouped over the batch as one layer with a
-    block-diagonal dY; a dilated or strided one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper section 3, Level 2) becomes FD stacked
-    2D problems, one per filter depth tap fd: the input's depth slices fd .. fd + OD - 1 and dY, each with batch
-    and depth merged into N x OD images. dY is shared by the taps; the depth-shifted views of X are copies."""
+    block-diagonal dY; a dilated or strided one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper
+    section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the input's depth slices
+    fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is shared by the taps; the
+    depth-shifted views of X are copies."""
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
                                         "direct", plan.strides, plan.dilation, plan.groups))  # fmt: skip
