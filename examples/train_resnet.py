@@ -1,14 +1,19 @@
-"""A small ResNet trained with Flax and optax on scikit-learn's digits (upsampled to 32x32), once with
-winrs_jax.conv and once with XLA's convolution, from the same initial parameters and batches.
+"""A ResNet trained with Flax and optax on scikit-learn's digits (upsampled), once with winrs_jax.conv and once
+with XLA's convolution, from the same initial parameters and batches: a small ResNet (default), ResNet-50
+(bottleneck blocks [3, 4, 6, 3], 7x7 stride-2 stem, strided 3x3 downsampling, 1x1 projections) or a
+ConvNeXt-style network (4x4 stride-4 stem, blocks of a 7x7 depthwise convolution and a 4x MLP of 1x1
+convolutions, 2x2 stride-2 downsampling). Every convolution goes through the convolution under test.
 
 Prints the loss curves and the median training-step time of each, and writes a PNG plot.
 
-    python examples/train_resnet.py [--epochs 4] [--dtype float32|bfloat16] [--width 64] [--plot resnet.png]
+    python examples/train_resnet.py [--model small|resnet50|convnext] [--epochs 4] [--dtype float32|bfloat16]
+                                    [--width 64] [--size 32] [--batch 64] [--plot resnet.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -56,6 +61,86 @@ class ResNet(nn.Module):
         return nn.Dense(10, dtype=jnp.float32)(x.astype(jnp.float32))
 
 
+class Bottleneck(nn.Module):
+    """ResNet-50's block: 1x1 reduce, 3x3 (strided where the stage downsamples), 1x1 expand by 4."""
+
+    features: int
+    stride: int
+    conv: Callable[..., jax.Array]
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        def conv(features: int, k: int, stride: int = 1) -> nn.Conv:
+            return nn.Conv(
+                features, (k, k), (stride, stride), conv_general_dilated=self.conv, dtype=self.dtype
+            )
+
+        norm = lambda: nn.GroupNorm(num_groups=8, dtype=self.dtype)  # noqa: E731
+        y = nn.relu(norm()(conv(self.features, 1)(x)))
+        y = nn.relu(norm()(conv(self.features, 3, self.stride)(y)))
+        y = norm()(conv(4 * self.features, 1)(y))
+        if x.shape[-1] != 4 * self.features or self.stride != 1:
+            x = norm()(conv(4 * self.features, 1, self.stride)(x))
+        return nn.relu(x + y)
+
+
+class ResNet50(nn.Module):
+    width: int  # 64 in the original
+    conv: Callable[..., jax.Array]
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.Conv(self.width, (7, 7), (2, 2), conv_general_dilated=self.conv, dtype=self.dtype)(
+            x.astype(self.dtype)
+        )
+        x = nn.max_pool(nn.relu(nn.GroupNorm(num_groups=8, dtype=self.dtype)(x)), (3, 3), (2, 2), "SAME")
+        for stage, blocks in enumerate((3, 4, 6, 3)):
+            for i in range(blocks):
+                stride = 2 if i == 0 and stage > 0 else 1
+                x = Bottleneck(self.width * 2**stage, stride, self.conv, self.dtype)(x)
+        x = jnp.mean(x, axis=(1, 2))
+        return nn.Dense(10, dtype=jnp.float32)(x.astype(jnp.float32))
+
+
+class ConvNeXtBlock(nn.Module):
+    """A 7x7 depthwise convolution, LayerNorm, then a 4x MLP of 1x1 convolutions with GELU, and the residual."""
+
+    conv: Callable[..., jax.Array]
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = x.shape[-1]
+        conv = functools.partial(nn.Conv, conv_general_dilated=self.conv, dtype=self.dtype)
+        y = conv(c, (7, 7), feature_group_count=c)(x)
+        y = nn.LayerNorm(dtype=self.dtype)(y)
+        y = conv(c, (1, 1))(nn.gelu(conv(4 * c, (1, 1))(y)))
+        return x + y
+
+
+class ConvNeXt(nn.Module):
+    width: int  # 96 in ConvNeXt-T
+    conv: Callable[..., jax.Array]
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        conv = functools.partial(nn.Conv, conv_general_dilated=self.conv, dtype=self.dtype)
+        x = nn.LayerNorm(dtype=self.dtype)(conv(self.width, (4, 4), (4, 4))(x.astype(self.dtype)))
+        for stage, blocks in enumerate((3, 3, 9, 3)):
+            if stage > 0:
+                x = conv(self.width * 2**stage, (2, 2), (2, 2))(nn.LayerNorm(dtype=self.dtype)(x))
+            for _ in range(blocks):
+                x = ConvNeXtBlock(self.conv, self.dtype)(x)
+        x = nn.LayerNorm(dtype=self.dtype)(jnp.mean(x, axis=(1, 2)))
+        return nn.Dense(10, dtype=jnp.float32)(x.astype(jnp.float32))
+
+
+MODELS = {"small": ResNet, "resnet50": ResNet50, "convnext": ConvNeXt}
+
+
 def load_data(size: int) -> tuple[np.ndarray, np.ndarray]:
     digits = load_digits()
     images = jnp.asarray(digits.images / 16.0, jnp.float32)[..., None]
@@ -93,6 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--model", choices=tuple(MODELS), default="small")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=32)
@@ -103,10 +189,11 @@ def main() -> None:
 
     dtype = jnp.dtype(args.dtype)
     images, labels = load_data(args.size)
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; {len(images)} images {args.size}x{args.size}, "
-          f"{args.dtype}, width {args.width}, batch {args.batch}")  # fmt: skip
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; {args.model}, {len(images)} images "
+          f"{args.size}x{args.size}, {args.dtype}, width {args.width}, batch {args.batch}")  # fmt: skip
+    network = MODELS[args.model]
     sample = jnp.asarray(images[: args.batch])
-    params = ResNet(args.width, lax.conv_general_dilated, dtype).init(jax.random.key(0), sample)
+    params = network(args.width, lax.conv_general_dilated, dtype).init(jax.random.key(0), sample)
     if dtype != jnp.float32:
         x = jax.ShapeDtypeStruct((args.batch, args.size, args.size, args.width), dtype)
         w = jax.ShapeDtypeStruct((3, 3, args.width, args.width), dtype)
@@ -114,7 +201,7 @@ def main() -> None:
 
     results = {}
     for name, conv in (("winrs_jax.conv", winrs_jax.conv), ("XLA conv", lax.conv_general_dilated)):
-        model = ResNet(args.width, conv, dtype)
+        model = network(args.width, conv, dtype)
         results[name] = train(model, params, images, labels, args.epochs, args.batch)
         acc = float(jnp.mean(jnp.argmax(model.apply(results[name][0], images), axis=1) == labels))
         print(f"{name:>15}: final loss {results[name][1][-1]:.4f}, training accuracy {acc:.3f}, "
@@ -135,7 +222,9 @@ def main() -> None:
     left.set(xlabel="step", ylabel="loss", title="training loss", yscale="log")
     left.legend()
     right.bar(list(results), [1e3 * r[2] for r in results.values()])
-    right.set(ylabel="median step time (ms)", title=f"{jax.devices()[0].device_kind}, {args.dtype}")
+    right.set(
+        ylabel="median step time (ms)", title=f"{args.model}, {jax.devices()[0].device_kind}, {args.dtype}"
+    )
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
     print(f"plot: {args.plot}")

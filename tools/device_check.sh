@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|mix|profile
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -52,6 +52,15 @@ for stage in "$@"; do
       for dtype in float32 bfloat16; do
         (cd /tmp && python3 "$ROOT/examples/train_resnet.py" --epochs 3 --width 64 --batch 128 --dtype $dtype \
           --plot "$OUT/resnet-$dtype.png") 2>&1 | tee -a "$OUT/resnet.txt" | grep -E "ms|ratio|Error|plan:"
+      done ;;
+    models)
+      # ResNet-50 and a ConvNeXt-style network with every convolution through winrs_jax.conv vs lax (issue 9).
+      for model in resnet50 convnext; do
+        for dtype in float32 bfloat16; do
+          (cd /tmp && python3 "$ROOT/examples/train_resnet.py" --model $model --epochs 3 --width ${MODEL_WIDTH:-64} \
+            --size ${MODEL_SIZE:-128} --batch 128 --dtype $dtype --plot "$OUT/$model-$dtype.png") 2>&1 \
+            | tee -a "$OUT/models.txt" | grep -E "ms|ratio|Error"
+        done
       done ;;
     mix)
       # Dynamic instruction mix of the first kernel of one layer, and its SASS.
