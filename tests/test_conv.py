@@ -135,10 +135,12 @@ def test_batch_grouped_ensemble_under_vmap(rng):
     def loss(conv_fn, lhs, rhs):
         return jnp.sum(jnp.sin(jax.vmap(lambda x, w: conv_fn(x, w, **kwargs))(lhs, rhs)))
 
-    ours = jax.grad(functools.partial(loss, winrs_jax.conv), argnums=(0, 1))(lhs, rhs)
+    grad = jax.grad(functools.partial(loss, winrs_jax.conv), argnums=(0, 1))
+    ours = grad(lhs, rhs)
     theirs = jax.grad(functools.partial(loss, lax.conv_general_dilated), argnums=(0, 1))(lhs, rhs)
     for a, b in zip(ours, theirs, strict=True):
         _assert_close(a, b)
+    assert _hlo(grad, lhs, rhs).count("winrs_backward_filter") == 1  # one call for the whole ensemble
 
 
 @pytest.mark.parametrize(
