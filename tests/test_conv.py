@@ -51,18 +51,23 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
-def test_forward_and_gradients_match_xla(case, rng):
-    lhs_shape, rhs_shape, strides, padding, dn = case
-    lhs, rhs = _operands(rng, lhs_shape, rhs_shape)
-    kwargs = dict(window_strides=strides, padding=padding, dimension_numbers=dn)
+def _assert_matches_lax_and_runs_winrs(lhs, rhs, **kwargs):
+    """The forward and both gradients match lax's, and the filter gradient runs WinRS."""
     _assert_close(winrs_jax.conv(lhs, rhs, **kwargs), lax.conv_general_dilated(lhs, rhs, **kwargs))
     ours = _grads(winrs_jax.conv, lhs, rhs, **kwargs)
     theirs = _grads(lax.conv_general_dilated, lhs, rhs, **kwargs)
     for a, b in zip(ours, theirs, strict=True):
         _assert_close(a, b)
-    # The filter gradient of every case above runs WinRS.
     assert "winrs_backward_filter" in _hlo(functools.partial(_grads, winrs_jax.conv, **kwargs), lhs, rhs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+def test_forward_and_gradients_match_xla(case, rng):
+    lhs_shape, rhs_shape, strides, padding, dn = case
+    lhs, rhs = _operands(rng, lhs_shape, rhs_shape)
+    _assert_matches_lax_and_runs_winrs(
+        lhs, rhs, window_strides=strides, padding=padding, dimension_numbers=dn
+    )
 
 
 def test_under_jit_vmap_checkpoint_and_scan(rng):
@@ -118,12 +123,7 @@ def test_batch_grouped_layers_run_winrs(case, rng):
     lhs, rhs = _operands(rng, lhs_shape, rhs_shape)
     kwargs = dict(window_strides=(1,) * (len(lhs_shape) - 2), padding=padding, dimension_numbers=dn,
                   batch_group_count=groups)  # fmt: skip
-    _assert_close(winrs_jax.conv(lhs, rhs, **kwargs), lax.conv_general_dilated(lhs, rhs, **kwargs))
-    ours = _grads(winrs_jax.conv, lhs, rhs, **kwargs)
-    theirs = _grads(lax.conv_general_dilated, lhs, rhs, **kwargs)
-    for a, b in zip(ours, theirs, strict=True):
-        _assert_close(a, b)
-    assert "winrs_backward_filter" in _hlo(functools.partial(_grads, winrs_jax.conv, **kwargs), lhs, rhs)
+    _assert_matches_lax_and_runs_winrs(lhs, rhs, **kwargs)
     assert f"{groups} groups of the batch" in str(winrs_jax.plan(lhs, rhs, **kwargs))
 
 
