@@ -27,6 +27,13 @@ constexpr int chunk_channels(int storage_bytes, int columns, int step_channels, 
   return v;
 }
 
+// Load phases for `chunks` chunks per step: a power of two, so that the GEMM splits evenly into parts.
+constexpr int chunk_phases(int chunks) {
+  int p = 1;
+  while (p * kThreads < chunks) p *= 2;
+  return p;
+}
+
 template <int V, Path P>
 struct OmegaConfig {
   using Tile = TileMath<V>;
@@ -42,19 +49,22 @@ struct OmegaConfig {
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
 
-  // Staging (Loader, omega_kernel.cuh): a step's K units are cut into chunks of `chunk` consecutive channels
-  // of one unit's dY rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit). Thread t
-  // takes chunk phase * 256 + t in each load phase; each phase overlaps its loads with one part of the GEMM.
+  // Staging (staging.cuh). Chunks: a step's K units are cut into chunks of `chunk` consecutive channels of
+  // one unit's dY rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit); thread t
+  // takes chunk phase * 256 + t in each load phase. Units: each warp takes one unit per phase, each thread FC
+  // dY and IC X channels of it. Measured on an H100 (2026-11-22, Nsight Compute at locked clocks): chunks
+  // made the bf16 kernels 1.24-1.36x and TF32 1.06-1.12x faster, but split TF32 and FP32 7-12% slower (whose
+  // extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
+  static constexpr bool chunked = P != Path::kFp32 && P != Path::kTf32x3;
   static constexpr int step_channels = K * (BN + BM);
   static constexpr int chunk =
       chunk_channels(storage_bytes(P), alpha > r ? alpha : r, step_channels, blocks_per_sm);
   static constexpr int filter_chunks = K * BN / chunk, chunks = filter_chunks + K * BM / chunk;
-  static constexpr int phases = [] {  // a power of two, so that the GEMM splits evenly into parts
-    int p = 1;
-    while (p * kThreads < chunks) p *= 2;
-    return p;
-  }();
-  static_assert(BN % chunk == 0 && BM % chunk == 0 && filter_chunks % 32 == 0, "a warp stages one side");
+  static constexpr int FC = BN / 32, IC = BM / 32;
+  static constexpr int phases = chunked ? chunk_phases(chunks) : K / kWarps;
+  static_assert(!chunked || (BN % chunk == 0 && BM % chunk == 0 && filter_chunks % 32 == 0),
+                "a warp stages one side");
+  static_assert(chunked || (FC * 32 == BN && IC * 32 == BM && FC <= 4 && IC <= 4 && K % kWarps == 0));
 
   // Shared memory per stage: Gs[alpha][K][B_N + pad] and Ds[alpha][K][B_M + pad]. The tensor-core paths pad
   // each K row by 16 bytes (16-bit) or 32 bytes (FP32 words) so that ldmatrix and the TF32 fragment loads of

@@ -1,0 +1,247 @@
+// Staging (Algorithm 3, lines 1-7): global memory -> registers -> transforms in FP32 registers -> GEMM
+// operands in shared memory, in load phases that the main loop interleaves with the parts of the GEMM. Two
+// policies, picked per path by OmegaConfig::chunked: chunks of channels (16-bit and TF32 paths) or one unit
+// per warp (FP32 and split TF32, where it measured faster). Both give the loads of a phase the GEMM part's
+// time.
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/omega_config.cuh"
+#include "winrs/schedule.h"
+
+namespace winrs::cuda {
+
+// Transforms the P channels of the first Cols columns of raw data (two channels at a time on the 16-bit
+// paths, packed into one word) and stores their alpha rows at dst, dst + K stride, ... (the side's K-row
+// stride).
+template <class C, int Cols, int N, int P, typename T, class Transform>
+__device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], typename C::Smem* dst,
+                                                int stride, Transform transform) {
+  static_assert(Cols <= N);
+  constexpr bool pairs = kSixteenBit<C::operand>;
+  static_assert(!pairs || P % 2 == 0);
+  constexpr int words = pairs ? P / 2 : P;
+  uint32_t rows[C::alpha][words];
+  auto column = [&](auto q, float (&out)[C::alpha]) {
+    float in[Cols];
+    static_for<0, Cols>([&](auto e) { in[e] = raw[e][decltype(q)::value]; });
+    transform(in, out);
+  };
+  static_for<0, words>([&](auto word) {
+    constexpr int w = decltype(word)::value;
+    if constexpr (pairs) {
+      float even[C::alpha], odd[C::alpha];
+      column(std::integral_constant<int, 2 * w>{}, even);
+      column(std::integral_constant<int, 2 * w + 1>{}, odd);
+#pragma unroll
+      for (int i = 0; i < C::alpha; ++i) rows[i][w] = operand_pair<C::operand>(even[i], odd[i]);
+    } else {
+      float out[C::alpha];
+      column(word, out);
+#pragma unroll
+      for (int i = 0; i < C::alpha; ++i) rows[i][w] = operand_word<C::operand>(out[i]);
+    }
+  });
+#pragma unroll
+  for (int i = 0; i < C::alpha; ++i) store_words(dst + i * C::K * stride, rows[i]);
+}
+
+// Filter transforms (G w) of dY units and input transforms (D^T x) of X tiles, as GEMM operands.
+template <class C, int N, int P, typename T>
+__device__ __forceinline__ void store_filter_rows(const Channels<P, T> (&raw)[N], typename C::Smem* dst) {
+  transform_store<C, C::r>(raw, dst, C::gs_stride, [](const float (&unit)[C::r], float (&out)[C::alpha]) {
+    C::Tile::filter(unit, out);
+  });
+}
+
+template <class C, int N, int P, typename T>
+__device__ __forceinline__ void store_input_rows(const Channels<P, T> (&raw)[N], typename C::Smem* dst) {
+  transform_store<C, C::alpha>(
+      raw, dst, C::ds_stride,
+      [](const float (&tile)[C::alpha], float (&out)[C::alpha]) { C::Tile::input(tile, out); });
+}
+
+// Chunk staging: in each load phase a thread stages one chunk (OmegaConfig): `chunk` consecutive channels of
+// one unit's dY rows or of its X tile, read with vector loads of up to 16 bytes per column. Its unit's
+// position is a cursor that moves on by K units per step.
+template <class C>
+struct ChunkStager {
+  using T = typename C::Storage;
+  using Smem = typename C::Smem;
+  using Tile = typename C::Tile;
+  static constexpr int kColumns = C::alpha > C::r ? C::alpha : C::r;
+
+  struct Slot {   // this thread's chunk in one load phase
+    bool active;  // fewer chunks than threads in the last phase
+    bool filter;  // dY side (filter transform) or X side (input transform); uniform in a warp
+    int k;        // the unit's K row in the stage
+    int channel;  // first channel of the chunk within the block
+    UnitCursor cursor;
+  };
+
+  const T* out_grad;
+  const T* input;
+  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset, oc0, ic0;
+  bool vectors;  // both channel counts and base pointers allow the chunk-wide loads
+  UnitWalk walk;
+  Slot slots[C::phases];
+  Channels<C::chunk, T> raw[kColumns];  // the current phase's chunk, as loaded
+
+  __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
+                       const T* dy) {
+    out_grad = dy;
+    input = x;
+    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
+    in_h = int(p.in_h), in_w = int(p.in_w);
+    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
+    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 + t - pad_left
+    oc0 = work.oc0, ic0 = work.ic0;
+    constexpr int vector = C::chunk * sizeof(T) < 16 ? C::chunk : 16 / sizeof(T);  // elements per load
+    constexpr uintptr_t align = vector * sizeof(T);
+    vectors = out_c % vector == 0 && in_c % vector == 0 && reinterpret_cast<uintptr_t>(dy) % align == 0 &&
+              reinterpret_cast<uintptr_t>(x) % align == 0;
+    walk = w;
+#pragma unroll
+    for (int ph = 0; ph < C::phases; ++ph) {
+      Slot& slot = slots[ph];
+      const int c = ph * kThreads + tid;
+      slot.active = c < C::chunks;
+      slot.filter = c < C::filter_chunks;
+      const int local = slot.filter ? c : c - C::filter_chunks;
+      const int per_unit = (slot.filter ? C::BN : C::BM) / C::chunk;
+      slot.k = local / per_unit;
+      slot.channel = (local % per_unit) * C::chunk;
+      slot.cursor.start(slot.k, walk);
+    }
+  }
+
+  // Phase Ph's chunk of the next step into registers (fetch_data); its cursor moves on by one step. The
+  // vector loads or the element-wise ones (see load_channels): chosen by the caller at compile time, or by
+  // one uniform branch per chunk.
+  template <int Ph>
+  __device__ void load(bool vector_loads) {
+    if (vector_loads) {
+      load<Ph>(std::true_type{});
+    } else {
+      load<Ph>(std::false_type{});
+    }
+  }
+
+  template <int Ph, bool Vectors>
+  __device__ void load(std::integral_constant<bool, Vectors> vector_loads) {
+    Slot& slot = slots[Ph];
+    if (!slot.active) return;
+    const bool valid = slot.cursor.valid(walk);
+    const int oh = slot.cursor.out_row(walk), w0 = slot.cursor.out_col(walk);
+    if (slot.filter) {
+      const int oc = oc0 + slot.channel;
+      const T* src = out_grad + (valid ? ((slot.cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0);
+#pragma unroll
+      for (int e = 0; e < C::r; ++e) load_channels(raw[e], src + e * out_c, valid, out_c - oc, vector_loads);
+    } else {
+      const int ic = ic0 + slot.channel, col0 = w0 + col_offset;
+      const T* row = input + (valid ? (slot.cursor.image * in_h + oh + row_offset) * in_w * in_c + ic : 0);
+#pragma unroll
+      for (int e = 0; e < C::alpha; ++e) {
+        const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
+        load_channels(raw[e], row + (in_bounds ? (col0 + e) * in_c : 0), in_bounds, in_c - ic, vector_loads);
+      }
+    }
+    slot.cursor.advance(C::K, walk);
+  }
+
+  // Phase Ph's chunk through its transform in FP32 registers, stored as GEMM operands in its K row of
+  // `stage`.
+  template <int Ph>
+  __device__ void store(Smem* stage) const {
+    const Slot& slot = slots[Ph];
+    if (!slot.active) return;
+    if (slot.filter) {
+      store_filter_rows<C>(raw, stage + slot.k * C::gs_stride + slot.channel);
+    } else {
+      store_input_rows<C>(raw, stage + C::filter_stage + slot.k * C::ds_stride + slot.channel);
+    }
+  }
+};
+
+// Unit staging: in each load phase each warp stages one unit, each thread FC consecutive output channels of
+// its dY rows and IC consecutive input channels of its X tile: one cursor and one address for both sides.
+template <class C>
+struct UnitStager {
+  using T = typename C::Storage;
+  using Smem = typename C::Smem;
+  static constexpr int kUnitsPerPhase = kWarps;
+
+  const T* out_grad;
+  const T* input;
+  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
+  int unit, filter_c, input_c, oc, ic;
+  bool vectors;  // both channel counts and base pointers allow the FC- and IC-wide loads
+  UnitWalk walk;
+  UnitCursor cursor;
+  Channels<C::FC, T> filter_raw[C::r];     // the dY unit, as loaded
+  Channels<C::IC, T> input_raw[C::alpha];  // the X tile, as loaded
+
+  __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
+                       const T* dy) {
+    out_grad = dy;
+    input = x;
+    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
+    in_h = int(p.in_h), in_w = int(p.in_w);
+    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
+    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 + t - pad_left
+    unit = tid / 32;
+    filter_c = (tid % 32) * C::FC;
+    input_c = (tid % 32) * C::IC;
+    oc = work.oc0 + filter_c;
+    ic = work.ic0 + input_c;
+    vectors = out_c % C::FC == 0 && reinterpret_cast<uintptr_t>(dy) % (sizeof(T) * C::FC) == 0 &&
+              in_c % C::IC == 0 && reinterpret_cast<uintptr_t>(x) % (sizeof(T) * C::IC) == 0;
+    walk = w;
+    cursor.start(unit, walk);
+  }
+
+  // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase. Loads as
+  // ChunkStager::load.
+  template <int Ph>
+  __device__ void load(bool vector_loads) {
+    if (vector_loads) {
+      load<Ph>(std::true_type{});
+    } else {
+      load<Ph>(std::false_type{});
+    }
+  }
+
+  template <int Ph, bool Vectors>
+  __device__ void load(std::integral_constant<bool, Vectors> vector_loads) {
+    const bool valid = cursor.valid(walk);
+    const int oh = cursor.out_row(walk), w0 = cursor.out_col(walk);
+    const int grad_at = valid ? ((cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0;
+#pragma unroll
+    for (int e = 0; e < C::r; ++e)
+      load_channels(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc, vector_loads);
+    const int row_at = valid ? (cursor.image * in_h + oh + row_offset) * in_w : 0;
+#pragma unroll
+    for (int e = 0; e < C::alpha; ++e) {
+      const int col = w0 + col_offset + e;
+      const bool in_bounds = valid && column_in_bounds(col, in_w);
+      load_channels(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds, in_c - ic,
+                    vector_loads);
+    }
+    cursor.advance(kUnitsPerPhase, walk);
+  }
+
+  // The unit's transforms, stored as GEMM operands at K row Ph * 8 + unit of `stage`.
+  template <int Ph>
+  __device__ void store(Smem* stage) const {
+    const int k = Ph * kUnitsPerPhase + unit;
+    store_filter_rows<C>(filter_raw, stage + k * C::gs_stride + filter_c);
+    store_input_rows<C>(input_raw, stage + C::filter_stage + k * C::ds_stride + input_c);
+  }
+};
+
+template <class C>
+using Stager = std::conditional_t<C::chunked, ChunkStager<C>, UnitStager<C>>;
+
+}  // namespace winrs::cuda
