@@ -16,20 +16,25 @@ def reference_filter_grad(x, dy, filter_hw, pads):
     return dw
 
 
-def reference_general_filter_grad(x, dy, filter_hw, strides, pads, dilation=(1, 1), groups=1):
-    """float64 filter gradient K x FH x FW x C/G of an NHWC layer with any strides, filter dilation, (non-negative)
-    padding ((top, bottom), (left, right)) and feature groups."""
+def reference_general_filter_grad(x, dy, window, strides, pads, dilation=None, groups=1):
+    """float64 filter gradient K x [FD x] FH x FW x C/G of a channels-last layer of any rank (N x spatial x C)
+    with any strides, filter dilation, (non-negative) padding (one (before, after) pair per spatial axis) and
+    feature groups."""
     x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    rank, n, k, c = len(window), dy.shape[0], dy.shape[-1], x.shape[-1]
+    dilation = dilation or (1,) * rank
     xp = np.pad(x, ((0, 0), *pads, (0, 0)))
-    (sh, sw), (dh, dw_), (n, oh, ow, k), c = strides, dilation, dy.shape, x.shape[3]
-    dw = np.zeros((k, *filter_hw, c // groups))
-    grad = dy.reshape(n, oh, ow, groups, k // groups)
-    for a, b in np.ndindex(*filter_hw):
-        window = xp[
-            :, a * dh : a * dh + sh * (oh - 1) + 1 : sh, b * dw_ : b * dw_ + sw * (ow - 1) + 1 : sw, :
-        ]
-        window = window.reshape(n, oh, ow, groups, c // groups)
-        dw[:, a, b, :] = np.einsum("nhwgk,nhwgc->gkc", grad, window).reshape(k, c // groups)
+    out = dy.shape[1:-1]
+    dw = np.zeros((k, *window, c // groups))
+    grad = dy.reshape(n, *out, groups, k // groups)
+    for tap in np.ndindex(*window):
+        view = xp[(slice(None), *(
+            slice(t * d, t * d + s * (o - 1) + 1, s) for t, d, s, o in zip(tap, dilation, strides, out, strict=True)
+        ))]  # fmt: skip
+        view = view.reshape(n, *out, groups, c // groups)
+        dw[(slice(None), *tap)] = np.einsum(
+            grad, [0, *range(1, rank + 1), 20, 21], view, [0, *range(1, rank + 1), 20, 22], [20, 21, 22]
+        ).reshape(k, c // groups)
     return dw
 
 

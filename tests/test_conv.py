@@ -229,46 +229,81 @@ def test_hlo_for_cuda_contains_the_custom_call(rng):
     assert "winrs_backward_filter" in text
 
 
-def _reference_3d(x, dy, filter_dhw, pads):
-    """float64 filter gradient of an NDHWC layer: K x FD x FH x FW x C."""
-    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
-    xp = np.pad(x, ((0, 0), *pads, (0, 0)))
-    od, oh, ow = dy.shape[1:4]
-    dw = np.zeros((dy.shape[4], *filter_dhw, x.shape[4]))
-    for a, b, c in np.ndindex(*filter_dhw):
-        dw[:, a, b, c, :] = np.einsum("ndhwk,ndhwc->kc", dy, xp[:, a : a + od, b : b + oh, c : c + ow, :])
-    return dw
-
-
 @pytest.mark.parametrize(
-    "x_shape, filter_dhw, pads",
+    "x_shape, filter_dhw, pads, strides, dilation",
     [
-        ((2, 6, 7, 8, 3), (3, 3, 3), ((1, 1), (1, 1), (1, 1))),
-        ((1, 5, 6, 9, 2), (2, 3, 4), ((0, 1), (2, 0), (1, 2))),
-        ((3, 4, 5, 5, 4), (1, 2, 2), ((0, 0), (0, 0), (0, 0))),
+        ((2, 6, 7, 8, 3), (3, 3, 3), ((1, 1), (1, 1), (1, 1)), (1, 1, 1), (1, 1, 1)),
+        ((1, 5, 6, 9, 2), (2, 3, 4), ((0, 1), (2, 0), (1, 2)), (1, 1, 1), (1, 1, 1)),
+        ((3, 4, 5, 5, 4), (1, 2, 2), ((0, 0), (0, 0), (0, 0)), (1, 1, 1), (1, 1, 1)),
+        # Strided and dilated (3D ResNet and nnU-Net downsampling, dilated 3D context modules): the depth's
+        # stride and dilation pick each tap's depth slices, height and width run the 2D pieces.
+        ((2, 7, 9, 8, 3), (3, 3, 3), ((1, 1), (1, 1), (1, 1)), (2, 2, 2), (1, 1, 1)),
+        ((1, 8, 7, 10, 2), (3, 3, 3), ((1, 1), (0, 1), (1, 1)), (1, 2, 2), (1, 1, 1)),
+        ((2, 9, 6, 7, 3), (3, 2, 3), ((2, 2), (1, 0), (2, 2)), (1, 1, 1), (2, 1, 2)),
+        ((1, 7, 8, 8, 2), (2, 3, 3), ((0, 0), (1, 1), (1, 1)), (3, 1, 1), (2, 1, 1)),
+        ((1, 3, 4, 20, 2), (1, 1, 11), ((0, 0), (0, 0), (5, 5)), (1, 1, 1), (1, 1, 1)),  # width 11: pieces
+    ],
+    ids=[
+        "3x3x3",
+        "2x3x4",
+        "1x2x2",
+        "stride2",
+        "stride-1-2-2",
+        "dilated",
+        "depth-stride3-dilation2",
+        "width11",
     ],
 )
-def test_three_d_filter_gradient_matches_float64(rng, x_shape, filter_dhw, pads):
-    """3D layers run WinRS (Level 2: one stacked 2D problem per filter depth tap) in every layout."""
+def test_three_d_filter_gradient_matches_float64(rng, x_shape, filter_dhw, pads, strides, dilation):
+    """3D layers run WinRS (Level 2: one stacked 2D problem per filter depth tap) in every layout, strided and
+    dilated too."""
     k = 5
     x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
     w_shape = (*filter_dhw, x_shape[4], k)
+    geometry = dict(window_strides=strides, padding=pads, rhs_dilation=dilation)
     out = jax.eval_shape(lambda: lax.conv_general_dilated(
-        x, jnp.zeros(w_shape), (1, 1, 1), pads, dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))  # fmt: skip
+        x, jnp.zeros(w_shape), **geometry, dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))  # fmt: skip
     dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
-    expected = _reference_3d(x, dy, filter_dhw, pads)  # K x FD x FH x FW x C
+    expected = reference_general_filter_grad(
+        x, dy, filter_dhw, strides, pads, dilation
+    )  # K x FD x FH x FW x C
     layouts = {"NDHWC": (0, 1, 2, 3, 4), "NCDHW": (0, 4, 1, 2, 3)}
     filters = {"DHWIO": (1, 2, 3, 4, 0), "OIDHW": (0, 4, 1, 2, 3)}
     for (lhs_layout, lhs_perm), (rhs_layout, rhs_perm) in zip(layouts.items(), filters.items(), strict=True):
         fn = jax.jit(functools.partial(
             winrs_jax.conv_backward_filter, rhs_shape=tuple(np.array((k, *filter_dhw, x_shape[4]))[list(rhs_perm)]),
-            padding=pads, dimension_numbers=(lhs_layout, rhs_layout, lhs_layout)))  # fmt: skip
+            **geometry, dimension_numbers=(lhs_layout, rhs_layout, lhs_layout)))  # fmt: skip
         dw = fn(jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm))
         assert (
             "winrs_backward_filter"
             in fn.lower(jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm)).as_text()
         )
         _assert_close(dw, jnp.asarray(np.transpose(expected, rhs_perm), jnp.float32))
+
+
+@pytest.mark.parametrize(
+    "multiplier, strides", [(1, (1, 1, 1)), (2, (2, 2, 2))], ids=["depthwise", "m2-strided"]
+)
+def test_three_d_depthwise_runs_the_direct_kernels(rng, multiplier, strides):
+    """3D depthwise layers (X3D, MobileNet-3D) run the direct grouped kernels on the stacked depth taps."""
+    c = 6
+    x = jnp.asarray(rng.standard_normal((2, 6, 7, 9, c)), jnp.float32)
+    w_shape, pads = (3, 3, 3, 1, c * multiplier), ((1, 1), (1, 1), (1, 1))
+    dn = ("NDHWC", "DHWIO", "NDHWC")
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.float32), strides, pads, dimension_numbers=dn,
+                          feature_group_count=c)  # fmt: skip
+    assert plan.supported and plan.method == "direct" and plan.depth[2] == 3, plan
+    assert "3 filter depth taps" in str(plan) and "depthwise" in str(plan)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(
+        x, jnp.zeros(w_shape), strides, pads, dimension_numbers=dn, feature_group_count=c))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=strides,
+                                   padding=pads, dimension_numbers=dn, feature_group_count=c))  # fmt: skip
+    assert "winrs_grouped_filter_grad" in fn.lower(x, dy).as_text()
+    expected = reference_general_filter_grad(x, dy, (3, 3, 3), strides, pads, groups=c)  # K x 3 x 3 x 3 x 1
+    _assert_close(fn(x, dy), jnp.asarray(np.moveaxis(expected, 0, -1), jnp.float32))
+    batched = jax.vmap(fn, in_axes=(0, None))(jnp.stack([x, 2 * x]), dy)
+    _assert_close(batched[1], jnp.asarray(2 * np.moveaxis(expected, 0, -1), jnp.float32))
 
 
 def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):

@@ -126,18 +126,20 @@ def test_float32_precision_means_what_it_means_for_xla(precision, reference, rng
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16])
 @pytest.mark.parametrize(
-    "lhs_shape, rhs_shape, padding, dn, batch_groups",
+    "lhs_shape, rhs_shape, padding, dn, batch_groups, strides",
     [
-        ((3, 17, 13, 5), (3, 3, 5, 7), ((2, 0), (1, 2)), DN, 1),
-        ((2, 6, 19, 23), (10, 6, 5, 5), "SAME", ("NCHW", "OIHW", "NCHW"), 1),
-        ((2, 33, 6), (7, 6, 3), ((3, 3),), ("NWC", "WIO", "NWC"), 1),
-        ((4, 9, 11, 6), (3, 3, 6, 8), "SAME", DN, 2),  # grouped over the batch: a block-diagonal dY
+        ((3, 17, 13, 5), (3, 3, 5, 7), ((2, 0), (1, 2)), DN, 1, (1, 1)),
+        ((2, 6, 19, 23), (10, 6, 5, 5), "SAME", ("NCHW", "OIHW", "NCHW"), 1, (1, 1)),
+        ((2, 33, 6), (7, 6, 3), ((3, 3),), ("NWC", "WIO", "NWC"), 1, (1,)),
+        ((4, 9, 11, 6), (3, 3, 6, 8), "SAME", DN, 2, (1, 1)),  # grouped over the batch: a block-diagonal dY
+        ((2, 7, 9, 10, 4), (3, 3, 3, 4, 6), "SAME", ("NDHWC", "DHWIO", "NDHWC"), 1, (2, 2, 2)),  # strided 3D
     ],
 )
-def test_conv_gradients_match_xla_on_gpu(lhs_shape, rhs_shape, padding, dn, batch_groups, dtype, rng):
+def test_conv_gradients_match_xla_on_gpu(
+    lhs_shape, rhs_shape, padding, dn, batch_groups, strides, dtype, rng
+):
     lhs = jnp.asarray(rng.standard_normal(lhs_shape), dtype)
     rhs = jnp.asarray(rng.standard_normal(rhs_shape), dtype)
-    strides = (1,) * (len(lhs_shape) - 2)
     precision = lax.Precision.HIGHEST if dtype == np.float32 else None
 
     def loss(conv, lhs, rhs):

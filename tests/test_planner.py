@@ -167,6 +167,25 @@ def test_three_d_layer_is_planned_as_stacked_depth_taps():
     assert "3 filter depth taps" in str(plan)
 
 
+def test_strided_dilated_three_d_layer_plans_its_taps_as_2d_pieces():
+    """A strided 3D layer: the depth stride picks each tap's depth slices; height and width are DWM pieces."""
+    x = jax.ShapeDtypeStruct((2, 9, 16, 16, 8), np.float32)
+    rhs = jax.ShapeDtypeStruct((3, 3, 3, 8, 16), np.float32)
+    dn = ("NDHWC", "DHWIO", "NDHWC")
+    plan = winrs_jax.plan(x, rhs, (2, 2, 2), ((1, 1), (1, 1), (1, 1)), dimension_numbers=dn)
+    assert plan.supported, plan.reason
+    assert (
+        plan.depth == (9, 5, 3) and plan.depth_stride == 2 and plan.batch == 2 * 5 and plan.strides == (2, 2)
+    )
+    assert len(plan.phases) == 4 and plan.canonical_shapes()[1] == (2, 5, 8, 8, 16)
+    assert plan.workspace_bytes == 3 * max(phase.plan.workspace_bytes for phase in plan.phases)
+    text = str(plan)
+    assert "depth stride 2" in text and "fd + 2 * j (j < 5)" in text and "4 stride-1 pieces" in text, text
+    dilated = winrs_jax.plan(x, rhs, (1, 1, 1), "SAME", rhs_dilation=(2, 1, 1), dimension_numbers=dn)
+    assert dilated.supported and dilated.depth == (9, 9, 3) and dilated.depth_dilation == 2, dilated.reason
+    assert "fd * 2 + j (j < 9)" in str(dilated)
+
+
 def test_four_d_convolution_falls_back():
     x = jax.ShapeDtypeStruct((1, 2, 4, 4, 4, 4), np.float32)  # default layout: N x C x spatial
     rhs = jax.ShapeDtypeStruct((2, 2, 2, 2, 2, 2), np.float32)

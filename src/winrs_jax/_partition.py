@@ -155,12 +155,14 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     """dW (... x K x [FD x] FH x FW x C, float32) of a planned layer from X (... x N x [D x] H x W x C) and dY
     (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
 
-    A direct grouped plan runs as one call on the operands as they are. Another grouped layer runs its groups as
-    stacked problems (X and dY regrouped group-major), a layer grouped over the batch as one layer with a
-    block-diagonal dY; a dilated or strided one runs its stride-1 pieces (_dilated, _strided); a 3D layer (paper
-    section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the input's depth slices
-    fd .. fd + OD - 1 and dY, each with batch and depth merged into N x OD images. dY is shared by the taps; the
-    depth-shifted views of X are copies."""
+    A 3D layer (paper section 3, Level 2) becomes FD stacked 2D problems, one per filter depth tap fd: the padded
+    input's depth slices fd * dilation + stride * j (j < OD) and dY, each with batch and depth merged into N x OD
+    images; dY is shared by the taps, the depth-shifted views of X are copies. A direct grouped plan runs as one
+    call on the operands as they are. Another grouped layer runs its groups as stacked problems (X and dY
+    regrouped group-major), a layer grouped over the batch as one layer with a block-diagonal dY; a dilated or
+    strided one runs its stride-1 pieces (_dilated, _strided)."""
+    if plan.depth[2]:
+        return _depth_taps(x, dy, plan, options, stack)
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
                                         "direct", plan.strides, plan.dilation, plan.groups))  # fmt: skip
@@ -188,17 +190,24 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
         return _dilated(x, dy, plan, options, stack)
     if plan.phases:
         return _strided(x, dy, plan, options, stack)
-    if not plan.depth[2]:
-        return filter_grad(x, dy, layer)
+    return filter_grad(x, dy, layer)
+
+
+def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
+    """A 3D layer's dW (... x K x FD x FH x FW x C) as its FD filter depth taps' 2D problems, stacked."""
     _, out_depth, taps = plan.depth
+    step, spacing = plan.depth_stride, plan.depth_dilation
+    span = step * (out_depth - 1) + 1  # input depth slices one tap reads, from its first
     lead = [(0, 0)] * (stack + 1)
     x = jax.numpy.pad(x, [*lead, plan.depth_pads, (0, 0), (0, 0), (0, 0)])
-    views = jax.numpy.stack([x[..., fd : fd + out_depth, :, :, :] for fd in range(taps)], axis=stack)
+    views = jax.numpy.stack(
+        [x[..., fd * spacing : fd * spacing + span : step, :, :, :] for fd in range(taps)], axis=stack
+    )
     views = views.reshape(*views.shape[: stack + 1], -1, *views.shape[-3:])
     dy = jax.numpy.expand_dims(dy.reshape(*dy.shape[:stack], -1, *dy.shape[-3:]), stack)
     stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))
-    dw = filter_grad(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), dataclasses.replace(
-        layer, stack=stack + 1))  # fmt: skip
+    flat = dataclasses.replace(plan, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
+    dw = run_plan(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), flat, options, stack + 1)
     return jax.numpy.moveaxis(dw, stack, stack + 1)  # ... x K x FD x FH x FW x C
 
 

@@ -219,7 +219,9 @@ def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> 
     if plan.depth[2]:
         pads, dn = [plan.depth_pads, *pads], ("NDHWC", "DHWIO", "NDHWC")
 
-    strides, dilation = ((1, 1, 1), (1, 1, 1)) if plan.depth[2] else (plan.strides, plan.dilation)
+    strides, dilation = plan.strides, plan.dilation
+    if plan.depth[2]:
+        strides, dilation = (plan.depth_stride, *strides), (plan.depth_dilation, *dilation)
 
     def forward(w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dilation, dimension_numbers=dn,
@@ -290,7 +292,8 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
-            depth_pads=plan.depth_pads, strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
+            depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
+            strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
             batch_groups=plan.batch_groups, method=plan.method,
         ),
         sort_keys=True,
@@ -318,6 +321,8 @@ def _layer_text(plan: Plan) -> str:
         f"N={plan.batch} {plan.input_hw[0]}x{plan.input_hw[1]}x{plan.channels[0]} -> {plan.channels[1]}, "
         f"filter {plan.filter_hw[0]}x{plan.filter_hw[1]}, {plan.path}"
         + (f", 3D (depth, output depth, filter depth) {plan.depth}" if plan.depth[2] else "")
+        + (f", depth stride {plan.depth_stride}" if plan.depth_stride != 1 else "")
+        + (f", depth dilation {plan.depth_dilation}" if plan.depth_dilation != 1 else "")
         + (f", strides {plan.strides}" if plan.strides != (1, 1) else "")
         + (f", dilation {plan.dilation}" if plan.dilation != (1, 1) else "")
         + (f", {plan.groups} groups" if plan.groups > 1 else "")

@@ -140,10 +140,14 @@ class Plan:
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
-    # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth) and the depth padding.
-    # Each filter depth tap is the 2D problem above over batch N x output depth; the taps run stacked.
+    # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
+    # stride and filter dilation. Each filter depth tap fd meets the padded input's depth slices
+    # fd * dilation + stride * j (j < output depth) as the 2D problem described by the rest of the plan (strided
+    # or dilated in height and width too), over batch N x output depth; the taps run stacked.
     depth: tuple[int, int, int] = (0, 0, 0)
     depth_pads: tuple[int, int] = (0, 0)
+    depth_stride: int = 1
+    depth_dilation: int = 1
     # A strided layer: its strides and its stride-1 pieces (the fields above then describe the whole layer).
     strides: tuple[int, int] = (1, 1)
     phases: tuple[Phase, ...] = ()
@@ -182,12 +186,12 @@ class Plan:
         if self.method == "direct":
             return 4 * self.workspace_elems
         if self.phases:
-            per_group = (
+            per_problem = (
                 max(phase.plan.workspace_bytes for phase in self.phases) * self.dilation[0] * self.dilation[1]
             )
         else:
-            per_group = 4 * self.workspace_elems * self.depth_taps
-        return per_group * self.groups
+            per_problem = 4 * self.workspace_elems
+        return per_problem * self.depth_taps * self.groups
 
     @property
     def depth_taps(self) -> int:
@@ -234,6 +238,8 @@ class Plan:
     def __str__(self) -> str:
         if not self.supported:
             return f"WinRS plan: not used, XLA computes the filter gradient ({self.reason})"
+        if self.depth[2]:
+            return self._depth_text()
         if self.method == "direct":
             return self._direct_text()
         if self.batch_groups > 1:
@@ -253,17 +259,8 @@ class Plan:
         if self.phases:
             return self._phases_text()
         kernels = self.kernels
-        depth = []
-        if self.depth[2]:
-            d, od, fd = self.depth
-            depth = [
-                f"  3D layer   depth {d} -> {od}, filter depth {fd}, depth pads {self.depth_pads}: each of the {fd} "
-                f"filter depth taps is the 2D problem below over N x output depth = {self.batch} images, "
-                "all in one launch (paper section 3, Level 2)"
-            ]
         lines = [
             *self._head(""),
-            *depth,
             f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}; kernels as accurate as XLA's "
             f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference]:.1e})",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
@@ -273,16 +270,25 @@ class Plan:
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
             f"  workspace  {self.workspace_bytes} bytes ({self.buckets} buckets of |dW| float32, the first is dW; "
             "residual segments add into their row's first bucket)",
-            *(
-                [
-                    f"  copies     {self.depth_taps} depth-shifted views of X ({self.depth_taps} x N x output depth "
-                    "images), made by XLA before the call"
-                ]
-                if self.depth[2]
-                else []
-            ),
         ]
         return "\n".join(lines)
+
+    def _depth_text(self) -> str:
+        (d, od, fd), sd, dd = self.depth, self.depth_stride, self.depth_dilation
+        flat = dataclasses.replace(self, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
+        lines = str(flat).split("\n")
+        geometry = (f", depth stride {sd}" if sd != 1 else "") + (f", depth dilation {dd}" if dd != 1 else "")
+        slices = f"fd{f' * {dd}' if dd != 1 else ''} + {f'{sd} * ' if sd != 1 else ''}j"
+        return "\n".join([
+            lines[0],
+            f"  3D layer   depth {d} -> {od}, filter depth {fd}, depth pads {self.depth_pads}{geometry}: each of the "
+            f"{fd} filter depth taps fd meets the padded input's depth slices {slices} (j < {od}) as the 2D "
+            f"problem below over N x output depth = {self.batch} images, all taps stacked (paper section 3, "
+            "Level 2)",
+            *lines[1:],
+            f"  copies     {fd} depth-shifted views of X ({fd} x N x output depth images), made by XLA before the "
+            f"call; workspace {self.workspace_bytes} bytes for all taps",
+        ])  # fmt: skip
 
     def _head(self, geometry: str) -> list[str]:
         """The first two lines of every printout: what computes the gradient, and the layer's problem."""
@@ -417,14 +423,12 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype, direct: bool) -> str:
     preferred = spec.preferred_element_type
     if preferred not in (None, np.dtype(np.float32), dtype):
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
-    if any(s != 1 for s in spec.window_strides) and len(spec.window_strides) == 3:
-        return f"window strides {spec.window_strides}: WinRS splits strides of 1D and 2D layers only"
     if any(d != 1 for d in spec.lhs_dilation):
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
-    if any(d != 1 for d in spec.rhs_dilation) and (
-        len(spec.rhs_dilation) == 3 or (any(s != 1 for s in spec.window_strides) and not direct)
-    ):
-        return f"rhs dilation {spec.rhs_dilation} (dilated filter) with strides or in 3D"
+    # Height and width (a 3D layer's depth takes both in its stacking of depth slices).
+    plane_strides, plane_dilation = spec.window_strides[-2:], spec.rhs_dilation[-2:]
+    if any(d != 1 for d in plane_dilation) and any(s != 1 for s in plane_strides) and not direct:
+        return f"rhs dilation {spec.rhs_dilation} (dilated filter) with strides {spec.window_strides}"
     if len(spec.window_strides) not in (1, 2, 3):
         return f"{len(spec.window_strides)}D convolution: WinRS handles 1D, 2D and 3D"
     return ""
@@ -446,7 +450,7 @@ def make_plan(
     rank = len(lhs_shape) - 2
     dn = spec.dimension_numbers
     in_c = lhs_shape[dn.lhs_spec[1]]
-    direct = _direct_path(dtype, options) if groups > 1 and rank != 3 else None
+    direct = _direct_path(dtype, options) if groups > 1 else None
     direct = direct if in_c // groups <= DIRECT_MAX_GROUP_CHANNELS else None
     reason = reason or _unsupported(spec, np.dtype(dtype), direct is not None)
     if reason:
@@ -477,22 +481,45 @@ def make_plan(
     in_hw = [lhs_shape[d] for d in dn.lhs_spec[2:]]
     filter_hw = [rhs_shape[d] for d in dn.rhs_spec[2:]]
     pads = list(spec.padding)
-    depth, depth_pads = (0, 0, 0), (0, 0)
+    depth, depth_pads, depth_stride, depth_dilation = (0, 0, 0), (0, 0), 1, 1
     strides, dilation = list(spec.window_strides), list(spec.rhs_dilation)
     if rank == 1:  # a 1D convolution is a 2D one of height 1
         in_hw, filter_hw, pads, strides = [1, *in_hw], [1, *filter_hw], [(0, 0), *pads], [1, *strides]
         dilation = [1, *dilation]
     elif rank == 3:  # each filter depth tap is a 2D problem over batch x output depth (Level 2)
         (d, *in_hw), (fd, *filter_hw), (depth_pads, *pads) = in_hw, filter_hw, pads
-        depth = (d, d + depth_pads[0] + depth_pads[1] - fd + 1, fd)
-        batch *= depth[1]
-        strides = strides[1:]  # all 1: _unsupported refuses strided 3D layers
+        (depth_stride, *strides), (depth_dilation, *dilation) = strides, dilation
+        out_depth = (d + depth_pads[0] + depth_pads[1] - depth_dilation * (fd - 1) - 1) // depth_stride + 1
+        depth = (d, out_depth, fd)
+        batch *= out_depth
+    flat = _plan_2d(batch, in_hw, in_c, out_c, filter_hw, pads, strides, dilation, groups, direct, paths,
+                    reference, options, depth[2] or 1)  # fmt: skip
+    if not flat.supported or not depth[2]:
+        return flat
+    taps = 1 if flat.method == "direct" else depth[2]  # a direct plan covers the taps of its call
+    return dataclasses.replace(
+        flat,
+        depth=depth,
+        depth_pads=tuple(depth_pads),
+        depth_stride=depth_stride,
+        depth_dilation=depth_dilation,
+        predicted_seconds=flat.predicted_seconds * taps,
+    )
+
+
+def _plan_2d(
+    batch: int, in_hw: list[int], in_c: int, out_c: int, filter_hw: list[int], pads: list[tuple[int, int]],
+    strides: list[int], dilation: list[int], groups: int, direct: str | None, paths: tuple[str, ...],
+    reference: str, options: PlannerOptions, taps: int,
+) -> Plan:  # fmt: skip
+    """The plan of a 2D layer, or of the 2D problem of each of a 3D layer's `taps` filter depth taps (the direct
+    grouped kernels plan all taps of one call together)."""
     pads_flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
     if direct is not None:
         return plan_grouped(batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat,
                             (strides[0], strides[1]), (dilation[0], dilation[1]), groups, direct, reference,
-                            options)  # fmt: skip
-    if rank != 3 and dilation != [1, 1]:
+                            options, taps)  # fmt: skip
+    if dilation != [1, 1]:
         return _dilated_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(dilation), paths,
                              reference, options)  # fmt: skip
     if strides != [1, 1]:
@@ -514,14 +541,11 @@ def make_plan(
     ]
     supported = [p for p in plans if p.supported]
     best = min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
-    if not best.supported and rank != 3 and filter_hw[1] > 1:  # a width without kernels: split it into pieces
+    if not best.supported and filter_hw[1] > 1:  # a width without kernels: split it into pieces
         pieces = _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, (1, 1), paths,
                                reference, options)  # fmt: skip
         return pieces if pieces.supported else best
-    if not best.supported:
-        return best
-    seconds = best.predicted_seconds * max(depth[2], 1)
-    return dataclasses.replace(best, depth=depth, depth_pads=tuple(depth_pads), predicted_seconds=seconds)
+    return best
 
 
 # The most input channels per group the direct grouped kernels take (depthwise layers have 1, ResNeXt's 4 to
