@@ -186,7 +186,8 @@ SMALL_SUITE = [
     Shape.square(8, 32, 32, 2),
 ]
 
-# 3D layers (issue 9): volumes of 3D U-Nets and medical segmentation, video, 3x3x3 and 5x5x5.
+# 3D layers (issue 9): volumes of 3D U-Nets and medical segmentation, video, 3x3x3 and 5x5x5, strided
+# downsampling and a depthwise layer.
 SUITE_3D = [
     Shape.cube(1, (64, 64, 64), 32, 64, 3, "3D, 64^3 volume"),
     Shape.cube(4, (32, 32, 32), 64, 64, 3, "3D U-Net level"),
@@ -194,6 +195,9 @@ SUITE_3D = [
     Shape.cube(2, (96, 96, 96), 16, 16, 3, "medical, 96^3 volume"),
     Shape.cube(2, (32, 32, 32), 32, 32, 5, "5x5x5, 32^3"),
     Shape.cube(16, (8, 28, 28), 128, 128, 3, "video, deep level"),
+    dataclasses.replace(Shape.cube(2, (64, 64, 64), 32, 64, 3, "nnU-Net encoder downsampling s2"), stride=2),
+    dataclasses.replace(Shape.cube(8, (16, 56, 56), 64, 128, 3, "3D ResNet-18 conv3_1 s2"), stride=2),
+    dataclasses.replace(Shape.cube(8, (16, 28, 28), 96, 96, 3, "X3D depthwise 3x3x3"), groups=96),
 ]
 
 # Strided layers (issue 9): ResNet-50's stem and downsampling 3x3 convolutions at batch 128, DCGAN's 4x4 stride 2,
