@@ -221,11 +221,19 @@ def _xla_piece(x: jax.Array, dy: jax.Array, plan: Plan, stack: int) -> jax.Array
             return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "OHWI", "NHWC"),
                                             precision=precision, preferred_element_type=jax.numpy.float32)  # fmt: skip
 
-        zeros = jax.numpy.zeros(plan.filter_shape_ohwi, x.dtype)
+        zeros = jax.numpy.zeros((*plan.filter_shape_ohwi[:3], x.shape[-1]), x.dtype)
         return jax.vjp(forward, zeros)[1](dy.astype(jax.numpy.float32))[0].astype(jax.numpy.float32)
 
     stacked = tuple(np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]))
     x = jax.numpy.broadcast_to(x, (*stacked, *x.shape[stack:]))
+    if stack and all(d == 1 for d in dy.shape[:stack]):
+        # dY shared by the stacked problems (a 3D layer's depth taps): one convolution with the problems side by
+        # side in X's channels, instead of a vmapped one (which XLA runs as a slow grouped convolution).
+        problems, c = int(np.prod(stacked)), x.shape[-1]
+        wide = jax.numpy.moveaxis(x.reshape(problems, *x.shape[stack:]), 0, -2)  # N x H x W x problems x C
+        dw = one(wide.reshape(*wide.shape[:-2], problems * c), dy.reshape(dy.shape[stack:]))
+        dw = jax.numpy.moveaxis(dw.reshape(*dw.shape[:-1], problems, c), -2, 0)  # problems x K x FH x FW x C
+        return dw.reshape(*stacked, *dw.shape[1:])
     dy = jax.numpy.broadcast_to(dy, (*stacked, *dy.shape[stack:]))
     for _ in range(stack):
         one = jax.vmap(one)
