@@ -152,7 +152,7 @@ def test_plan_printout_names_the_direct_kernels():
     plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=64)
     text = str(plan)
     assert plan.method == "direct" and plan.tile == (7, 7)
-    assert "64 groups of 1 -> 1 channels (depthwise)" in text and "no copies" in text
+    assert "64 groups of 1 -> 1 channels (depthwise)" in text and "read in place" in text
     assert (
         f"split into {plan.splits} parts" in text and plan.workspace_bytes == 4 * (plan.splits - 1) * 64 * 49
     )

@@ -307,7 +307,7 @@ class Plan:
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
             + (" (depthwise)" if c == 1 else "")
-            + ": direct sums, no GEMM across channels (one launch, X and dY read in place: no copies)",
+            + ": direct sums, no GEMM across channels (one launch; padding, strides and dilation read in place)",
             f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
             f"as XLA's {self.reference} arithmetic",
             f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
