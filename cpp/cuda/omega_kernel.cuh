@@ -38,7 +38,7 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
   if (steps > 0) {
     static_for<0, C::phases>([&](auto phase) {
       constexpr int ph = decltype(phase)::value;
-      stager.template load<ph>(vectors);
+      load_phase<ph>(stager, vectors);
       stager.template store<ph>(smem);
     });
   }
@@ -49,7 +49,7 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
     const bool more = s + 1 < steps;
     static_for<0, C::phases>([&](auto phase) {
       constexpr int ph = decltype(phase)::value;
-      if (more) stager.template load<ph>(vectors);
+      if (more) load_phase<ph>(stager, vectors);
       gemm.template run<ph>(current);
       if (more) stager.template store<ph>(next);
     });

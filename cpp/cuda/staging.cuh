@@ -116,18 +116,8 @@ struct ChunkStager {
     }
   }
 
-  // Phase Ph's chunk of the next step into registers (fetch_data); its cursor moves on by one step. The
-  // vector loads or the element-wise ones (see load_channels): chosen by the caller at compile time, or by
-  // one uniform branch per chunk.
-  template <int Ph>
-  __device__ void load(bool vector_loads) {
-    if (vector_loads) {
-      load<Ph>(std::true_type{});
-    } else {
-      load<Ph>(std::false_type{});
-    }
-  }
-
+  // Phase Ph's chunk of the next step into registers (fetch_data), with the vector loads or the element-wise
+  // ones (see load_channels; load_phase picks); its cursor moves on by one step.
   template <int Ph, bool Vectors>
   __device__ void load(std::integral_constant<bool, Vectors> vector_loads) {
     Slot& slot = slots[Ph];
@@ -204,15 +194,6 @@ struct UnitStager {
 
   // The next phase's unit into registers (fetch_data), then the cursor moves on by one phase. Loads as
   // ChunkStager::load.
-  template <int Ph>
-  __device__ void load(bool vector_loads) {
-    if (vector_loads) {
-      load<Ph>(std::true_type{});
-    } else {
-      load<Ph>(std::false_type{});
-    }
-  }
-
   template <int Ph, bool Vectors>
   __device__ void load(std::integral_constant<bool, Vectors> vector_loads) {
     const bool valid = cursor.valid(walk);
@@ -243,5 +224,21 @@ struct UnitStager {
 
 template <class C>
 using Stager = std::conditional_t<C::chunked, ChunkStager<C>, UnitStager<C>>;
+
+// Load phase Ph with the vector loads or the element-wise ones: chosen at compile time (a
+// std::integral_constant), or by one uniform branch per phase (a bool).
+template <int Ph, class S, bool Vectors>
+__device__ __forceinline__ void load_phase(S& stager, std::integral_constant<bool, Vectors> vectors) {
+  stager.template load<Ph>(vectors);
+}
+
+template <int Ph, class S>
+__device__ __forceinline__ void load_phase(S& stager, bool vectors) {
+  if (vectors) {
+    stager.template load<Ph>(std::true_type{});
+  } else {
+    stager.template load<Ph>(std::false_type{});
+  }
+}
 
 }  // namespace winrs::cuda
