@@ -315,11 +315,6 @@ def test_three_d_gradients_under_jit_grad_and_vmap_match_lax(rng):
         _assert_close(a, b)
 
 
-def _reference_strided(x, dy, filter_hw, strides, pads, dilation=(1, 1)):
-    """float64 filter gradient of a strided or dilated NHWC layer: K x FH x FW x C."""
-    return reference_general_filter_grad(x, dy, filter_hw, strides, pads, dilation)
-
-
 @pytest.mark.parametrize(
     "x_shape, filter_hw, strides, padding",
     [
@@ -337,7 +332,7 @@ def test_strided_filter_gradient_matches_float64(rng, x_shape, filter_hw, stride
     out = jax.eval_shape(lambda: lax.conv_general_dilated(
         x, jnp.zeros((*filter_hw, x_shape[3], k)), strides, padding, dimension_numbers=NHWC))  # fmt: skip
     dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
-    expected = _reference_strided(x, dy, filter_hw, strides, padding)  # K x FH x FW x C
+    expected = reference_general_filter_grad(x, dy, filter_hw, strides, padding)  # K x FH x FW x C
     for lhs_layout, rhs_layout, lhs_perm, rhs_perm in (("NHWC", "HWIO", (0, 1, 2, 3), (1, 2, 3, 0)),
                                                        ("NCHW", "OIHW", (0, 3, 1, 2), (0, 3, 1, 2))):  # fmt: skip
         rhs_shape = tuple(np.array((k, *filter_hw, x_shape[3]))[list(rhs_perm)])
@@ -397,7 +392,7 @@ def test_dilated_filter_gradient_matches_float64(rng, x_shape, filter_hw, dilati
         lambda: lax.conv_general_dilated(x, jnp.zeros((*filter_hw, x_shape[3], k)), **kwargs)
     )
     dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
-    expected = _reference_strided(x, dy, filter_hw, (1, 1), padding, dilation)
+    expected = reference_general_filter_grad(x, dy, filter_hw, (1, 1), padding, dilation)
     fn = jax.jit(
         functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(*filter_hw, x_shape[3], k), **kwargs)
     )
@@ -426,7 +421,7 @@ def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
     out = jax.eval_shape(lambda: lax.conv_general_dilated(
         x, jnp.zeros((3, width, 3, 4)), (1, stride), padding, dimension_numbers=NHWC))  # fmt: skip
     dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
-    expected = _reference_strided(x, dy, (3, width), (1, stride), padding)
+    expected = reference_general_filter_grad(x, dy, (3, width), (1, stride), padding)
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, width, 3, 4),
                                    window_strides=(1, stride), padding=padding, dimension_numbers=NHWC))  # fmt: skip
     _assert_close(fn(x, dy), jnp.asarray(np.transpose(expected, (1, 2, 3, 0)), jnp.float32))
