@@ -1,6 +1,7 @@
 """winrs_jax.conv is a drop-in for lax.conv_general_dilated and its gradients match XLA's."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -279,6 +280,18 @@ def test_three_d_filter_gradient_matches_float64(rng, x_shape, filter_dhw, pads,
             in fn.lower(jnp.transpose(x, lhs_perm), jnp.transpose(dy, lhs_perm)).as_text()
         )
         _assert_close(dw, jnp.asarray(np.transpose(expected, rhs_perm), jnp.float32))
+
+
+def test_strided_three_d_pieces_on_xla_are_one_ungrouped_convolution():
+    """The pieces of a strided 3D layer that run on XLA share dY across the depth taps: they run as one
+    convolution with the taps side by side in X's channels. Vmapped over the taps, XLA lowered them as a grouped
+    convolution (feature_group_count = taps), much slower on the GPU."""
+    fn = jax.jit(functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 3, 3, 5), window_strides=(2, 2, 2),
+        padding=((1, 1),) * 3, dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))  # fmt: skip
+    text = fn.lower(jnp.ones((1, 7, 9, 8, 3)), jnp.ones((1, 4, 5, 4, 5))).as_text()
+    assert "winrs_backward_filter" in text and "stablehlo.convolution" in text  # WinRS and XLA pieces
+    assert set(re.findall(r"feature_group_count = (\d+)", text)) == {"1"}
 
 
 @pytest.mark.parametrize(
