@@ -7,6 +7,7 @@ import pytest
 
 import winrs_jax
 from winrs_jax import _ffi
+from winrs_jax.planner import PATHS
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 
@@ -100,7 +101,7 @@ def test_handler_accepts_consistent_planner_inputs():
         (dict(variant0=13), "forced kernel variant index out of range"),
         (dict(variant0=-2), "kernel variant index out of range"),
         (dict(variant0=1), "forced kernels cannot tile"),
-        (dict(path=5), "unknown arithmetic path"),
+        (dict(path=len(PATHS)), "unknown arithmetic path"),
         (dict(path=-1), "unknown arithmetic path"),
         (dict(path=3), "element type of path bf16"),
         (dict(sm_count=0), "planner attribute out of range"),

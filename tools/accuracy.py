@@ -5,14 +5,21 @@ machine) are the `mare` column of cpp/winrs/variants.h, which the planner's accu
 
     python tools/accuracy.py
     python tools/accuracy.py --signed   # zero-mean inputs, as real gradients are
+    python tools/accuracy.py --gpu [suite ...]   # XLA's error beside WinRS's on the bench suites' layers
 
 The paper's inputs are uniform in [0, 1): every product is positive, so dW has no cancellation and the rounding
 of the transformed operands hardly shows. Real activations and gradients have both signs. --signed draws
 standard normal X and dY and prints, per variant and path, the norm-relative error of dW,
 ||dW - exact|| / ||exact||, next to that of the exact dW rounded once to the path's input dtype (what XLA's
 filter gradient, which accumulates the untransformed inputs in float32, comes close to).
+
+--gpu measures, on the GPU and on zero-mean inputs, XLA's own filter gradient error next to WinRS's as planned, for
+every layer of the bench suites (default paper and real) in every dtype: XLA's algorithms on a GPU are not the
+direct sum the CPU table stands it for. One JSON object per line; needs PyTorch for the float64 reference.
 """
 
+import json
+import statistics
 import sys
 
 import jax
@@ -72,5 +79,25 @@ def main(signed: bool) -> None:
         print("exact, rounded once", " ".join(f"{np.mean(rounded[path]):.2e}" for path in PATHS))
 
 
+def gpu(suites: list[str]) -> None:
+    from winrs_jax.bench.suite import DTYPES, SUITES, signed_errors
+
+    errors: dict[str, list[float]] = {}
+    for suite in suites:
+        for shape in SUITES[suite]:
+            for dtype in DTYPES:
+                winrs, xla, path = signed_errors(shape, dtype)
+                errors.setdefault(dtype, []).append(xla)
+                print(json.dumps(dict(suite=suite, layer=str(shape), dtype=dtype, path=path, winrs_signed_error=winrs,
+                                      xla_signed_error=xla)), flush=True)  # fmt: skip
+    for dtype, values in errors.items():
+        print(json.dumps(dict(dtype=dtype, xla_min=min(values), xla_median=statistics.median(values),
+                              xla_max=max(values), layers=len(values))))  # fmt: skip
+
+
 if __name__ == "__main__":
-    main(signed="--signed" in sys.argv[1:])
+    args = sys.argv[1:]
+    if "--gpu" in args:
+        gpu([a for a in args if a != "--gpu"] or ["paper", "real"])
+    else:
+        main(signed="--signed" in args)

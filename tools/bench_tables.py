@@ -64,14 +64,15 @@ def table(rows: list[dict]) -> str:
 
     out = [
         "| layer | dtype | path | XLA ms | WinRS ms | PyTorch ms | WinRS / XLA | auto runs | WinRS / PyTorch "
-        "| MARE WinRS | MARE XLA | workspace MB | XLA temp MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| MARE WinRS | MARE XLA | signed error WinRS | signed error XLA | workspace MB | XLA temp MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r['layer']} | {r['dtype']} | {r['path']} | {ms(r['xla_ms'])} | {ms(r['winrs_ms'])} | "
             f"{ms(r['torch_ms'])} | {ratio(r['speedup'])} | {r['auto']} | {ratio(r['speedup_torch'])} | "
-            f"{sci(r['winrs_mare'])} | {sci(r['xla_mare'])} | {r['winrs_workspace_bytes'] / 2**20:.1f} | "
+            f"{sci(r['winrs_mare'])} | {sci(r['xla_mare'])} | {sci(r.get('winrs_signed_error'))} | "
+            f"{sci(r.get('xla_signed_error'))} | {r['winrs_workspace_bytes'] / 2**20:.1f} | "
             f"{r['xla_temp_bytes'] / 2**20:.1f} |"
         )
     return "\n".join(out)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -39,6 +39,10 @@ for stage in "$@"; do
       (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider --tb=line 2>&1 \
         | tee "$OUT/suite.log" | tail -15)
       (cd /tmp && timeout 120 python3 "$ROOT/examples/train_digits.py" --epochs 2 2>&1 | tail -6) ;;
+    accuracy)
+      # XLA's and WinRS's errors on zero-mean inputs, every layer of the suites in ACCURACY_SUITES, every dtype.
+      (cd /tmp && python3 "$ROOT/tools/accuracy.py" --gpu ${ACCURACY_SUITES:-paper real}) 2>&1 \
+        | tee "$OUT/accuracy-gpu.jsonl" | tail -6 ;;
     tune)
       (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
     bench) bench bench ${BENCH_ARGS:-} ;;

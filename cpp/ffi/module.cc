@@ -88,7 +88,8 @@ NB_MODULE(_winrs, m) {
       d["tensor_cores"] = p.tensor_cores;
       d["storage"] = winrs::storage_name(p.storage);
       d["units_per_step"] = p.units_per_step;
-      d["accuracy_budget"] = winrs::accuracy_budget(static_cast<winrs::Path>(i));
+      const winrs::AccuracyBudget budget = winrs::accuracy_budget(static_cast<winrs::Path>(i));
+      d["accuracy_budget"] = nb::make_tuple(budget.mare, budget.signed_error);
       out.append(d);
     }
     return out;
@@ -104,7 +105,8 @@ NB_MODULE(_winrs, m) {
       d["alpha_class"] = v.alpha_class();
       nb::list shapes;
       for (const winrs::KernelShape& k : v.shapes)
-        shapes.append(nb::make_tuple(k.block_oc, k.block_ic, k.gemm_tflops, k.blocks_per_sm, k.mare));
+        shapes.append(
+            nb::make_tuple(k.block_oc, k.block_ic, k.gemm_tflops, k.blocks_per_sm, k.mare, k.signed_error));
       d["shapes"] = shapes;
       out.append(d);
     }

@@ -8,6 +8,7 @@
 #include "paths.h"
 #include "problem.h"
 #include "segments.h"
+#include "variants.h"
 
 namespace winrs {
 
@@ -45,11 +46,18 @@ struct KernelPair {
   int64_t width0 = 0;  // k0 * r0: output-gradient columns run by kernel 0; the rest, k1 * r1, by kernel 1
 };
 
-// Considers only variants whose MARE on `path` is at most max_mare.
-KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, double max_mare);
-// Issue 7's accuracy promise: the largest MARE a kernel may have when XLA would compute the same gradient
-// with the `reference` arithmetic.
-double accuracy_budget(Path reference);
+// Issue 7's accuracy promise: the largest errors (variants.h, both protocols) a kernel may have when XLA
+// would compute the same gradient with the `reference` arithmetic.
+struct AccuracyBudget {
+  double mare;          // the paper's protocol
+  double signed_error;  // zero-mean inputs
+  bool admits(const KernelShape& k) const { return k.mare <= mare && k.signed_error <= signed_error; }
+};
+AccuracyBudget accuracy_budget(Path reference);
+// XLA's measured error on zero-mean inputs where it computes with the `reference` arithmetic (plan.cc).
+double xla_signed_error(Path reference);
+// Considers only variants whose errors on `path` the budget admits.
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const AccuracyBudget& budget);
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);

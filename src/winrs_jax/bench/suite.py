@@ -265,6 +265,10 @@ class Result:
     winrs_workspace_bytes: int
     winrs_mare: float | None  # against float64 (PyTorch on the GPU), None without PyTorch
     xla_mare: float | None
+    # ||dW - exact|| / ||exact|| on standard normal X and dY (zero-mean, as real activations and gradients are;
+    # the paper's [0, 1) inputs never cancel), None without PyTorch
+    winrs_signed_error: float | None
+    xla_signed_error: float | None
     max_rel_diff: float  # |winrs - XLA| / max |XLA|
     path: str  # the WinRS arithmetic path, or "xla" when the plan fell back
     auto: str  # what the default mode "auto" runs for this layer after its own measurement: "winrs" or "xla"
@@ -297,6 +301,7 @@ class Result:
             speedup_torch=self.speedup_torch, xla_tflops=self.tflops(self.xla_ms),
             winrs_tflops=self.tflops(self.winrs_ms), xla_temp_bytes=self.xla_temp_bytes,
             winrs_workspace_bytes=self.winrs_workspace_bytes, winrs_mare=self.winrs_mare, xla_mare=self.xla_mare,
+            winrs_signed_error=self.winrs_signed_error, xla_signed_error=self.xla_signed_error,
             max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
             cached_choice_ms=self.cached_choice_ms,
         )  # fmt: skip
@@ -374,7 +379,8 @@ def _torch_case(
         samples.append(start.elapsed_time(end) / calls)
     reference = backward_filter(tensor(x, torch.float64), tensor(dy, torch.float64), torch.float64)()
     # O x I x spatial -> O x spatial x I
-    return statistics.median(samples), reference.permute(0, *range(2, rank + 2), 1).cpu().numpy()
+    elapsed = statistics.median(samples) if samples else None  # repeats=0: the reference only
+    return elapsed, reference.permute(0, *range(2, rank + 2), 1).cpu().numpy()
 
 
 def _mare(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -382,35 +388,80 @@ def _mare(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.mean(np.abs(actual[nonzero] - expected[nonzero]) / np.abs(expected[nonzero])))
 
 
-def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) -> Result:
-    """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs: uniform
-    [0, 1), dY scaled by 1e-2 for float16."""
-    dtype, precision = DTYPES[dtype_name]
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
-    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
+def _signed_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.linalg.norm(actual - expected) / np.linalg.norm(expected))
+
+
+def _inputs(shape: Shape, dtype: Any, draw: Callable[..., np.ndarray]) -> tuple[jax.Array, jax.Array]:
+    """X and dY of a layer from `draw`, dY scaled by 1e-2 for float16 (the paper's protocol)."""
+    x = jnp.asarray(draw((shape.n, *shape.spatial, shape.cin)).astype(np.float32), dtype)
     scale = 1e-2 if dtype == jnp.float16 else 1.0
-    dy = jnp.asarray(scale * rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
+    dy = jnp.asarray(scale * draw((shape.n, *shape.out_spatial, shape.cout)).astype(np.float32), dtype)
+    return x, dy
+
+
+def _signed_errors(shape: Shape, dtype_name: str, compiled: dict[str, Any]) -> tuple[float, float]:
+    """Norm-relative errors of the compiled WinRS and XLA filter gradients on standard normal inputs, against
+    PyTorch's float64 dW."""
+    dtype = DTYPES[dtype_name][0]
+    xs, dys = _inputs(shape, dtype, np.random.default_rng(1).standard_normal)
+    _, reference = _torch_case(shape, dtype_name, np.asarray(xs.astype(jnp.float32)),
+                               np.asarray(dys.astype(jnp.float32)), 0, 0)  # fmt: skip
+    reference = np.moveaxis(reference, 0, -1)  # O x spatial x I -> spatial x I x O
+    winrs, xla = (
+        _signed_error(np.asarray(compiled[name](xs, dys).astype(jnp.float32), np.float64), reference)
+        for name in ("winrs", "xla")
+    )
+    return winrs, xla
+
+
+def signed_errors(shape: Shape, dtype_name: str) -> tuple[float, float, str]:
+    """(WinRS's error, XLA's error, WinRS's path) on zero-mean inputs, without timing (tools/accuracy.py
+    --gpu). Needs PyTorch with a GPU for the float64 reference."""
+    x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
+    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
+    plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
+    return (*_signed_errors(shape, dtype_name, compiled), plan.path if plan.supported else "xla")
+
+
+def _layer(shape: Shape, dtype_name: str, rng: np.random.Generator) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The paper's inputs X and dY of a layer, its filter's shape and the convolution's arguments."""
+    dtype, precision = DTYPES[dtype_name]
+    x, dy = _inputs(shape, dtype, rng.random)
+    w = jax.ShapeDtypeStruct((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
+    return x, dy, w, kwargs
+
+
+def _filter_grads(w: Any, kwargs: dict[str, Any]) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
+    """XLA's filter gradient (as lax.conv's VJP computes it) and WinRS's, forced whatever the measured choice."""
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         zeros = jnp.zeros(w.shape, w.dtype)
         return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
 
-    def ours(x: jax.Array, dy: jax.Array) -> jax.Array:  # WinRS forced, whatever the measured choice
+    def ours(x: jax.Array, dy: jax.Array) -> jax.Array:
         return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=WINRS)
 
-    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in (("xla", xla), ("winrs", ours))}
+    return {"xla": xla, "winrs": ours}
+
+
+def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) -> Result:
+    """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs (uniform
+    [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs."""
+    x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
+    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
     times = {name: time_ms(lambda c=c: c(x, dy), repeats, calls) for name, c in compiled.items()}
     expected = np.asarray(compiled["xla"](x, dy).astype(jnp.float32), np.float64)
     actual = np.asarray(compiled["winrs"](x, dy).astype(jnp.float32), np.float64)
-    torch_ms = winrs_mare = xla_mare = None
+    torch_ms = winrs_mare = xla_mare = winrs_signed = xla_signed = None
     if _torch() is not None:
         x64, dy64 = np.asarray(x.astype(jnp.float32)), np.asarray(dy.astype(jnp.float32))
         torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
         reference = np.moveaxis(reference, 0, -1)  # O x spatial x I -> spatial x I x O
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
+        winrs_signed, xla_signed = _signed_errors(shape, dtype_name, compiled)
     start = time.perf_counter()
     plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
     plan_s = time.perf_counter() - start
@@ -431,6 +482,8 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         winrs_workspace_bytes=plan.workspace_bytes,
         winrs_mare=winrs_mare,
         xla_mare=xla_mare,
+        winrs_signed_error=winrs_signed,
+        xla_signed_error=xla_signed,
         max_rel_diff=float(np.abs(actual - expected).max() / np.abs(expected).max()),
         path=plan.path if plan.supported else "xla",
         auto="winrs" if auto.supported and auto.choice.startswith("WinRS") else "xla",
