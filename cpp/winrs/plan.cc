@@ -15,8 +15,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Measured on H100 (tools/tune.py segments, 2026-11-22): 3x3 and 9x9 layers with 64-256 channels ran 6-8%
 // faster with twice the segments of 4 waves; kWorkspaceShare below keeps the cost of that bounded.
 constexpr double kWaves = 8;
-// Workspace bound: (buckets - 1) x |dW| <= kWorkspaceShare x (|X| + |dY| + |dW|). The paper's average is
-// 0.18; 0.15 keeps every layer of the baselines' suite under 5% of XLA's own temporaries.
+// Workspace bound in bytes: (buckets - 1) x |dW| float32 <= kWorkspaceShare x (|X| + |dY| + |dW|) in the
+// input dtype (16-bit inputs allow half the buckets of float32 ones). The paper's average is 0.18; 0.15 keeps
+// every layer of the baselines' suite under 5% of XLA's own temporaries.
 constexpr double kWorkspaceShare = 0.15;
 
 bool has_winograd_divisor(int64_t filter_w) {
@@ -64,10 +65,12 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
 
 }  // namespace
 
-int64_t max_buckets(const Problem& p) {
-  const double data = double(p.input_elems() + p.grad_elems() + p.filter_elems());
+int64_t max_buckets(const Problem& p, Path path) {
+  const double data_bytes =
+      double(storage_bytes(path)) * double(p.input_elems() + p.grad_elems() + p.filter_elems());
+  const double bucket_bytes = double(sizeof(float)) * double(p.filter_elems());
   // At least one extra bucket: a second block group is worth it where one segment fills the GPU poorly.
-  return std::max<int64_t>(2, 1 + int64_t(kWorkspaceShare * data / double(p.filter_elems())));
+  return std::max<int64_t>(2, 1 + int64_t(kWorkspaceShare * data_bytes / bucket_bytes));
 }
 
 std::string validate_problem(const Problem& p) {
@@ -164,7 +167,7 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   double z = (b0 + b1) / (1.45 * b2);
   // Line 2: one segment suffices with two waves of blocks; the workspace stays under kWorkspaceShare of data.
   const double b2_hat = 2 * sm;
-  const double z_max = double(max_buckets(p));
+  const double z_max = double(max_buckets(p, options.path));
   if (z < 2 && b2 >= b2_hat) return 1;  // line 3
   // Line 4: enough blocks for several waves of resident blocks, so that the last partial wave costs little.
   const double z1 = std::ceil(kWaves * sm * v.blocks_per_sm / b2);
@@ -220,7 +223,7 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   // Algorithm 2 can cut more segment columns than Z^ asks for (a prime W_max, say): shrink Z^ until the
   // buckets respect the workspace bound, unless the caller forced the segment count.
   for (int64_t z = int64_t(plan.baseline_segments) - 1; options.segments <= 0 && z >= 1; --z) {
-    if (plan.grid.buckets() <= max_buckets(p)) break;
+    if (plan.grid.buckets() <= max_buckets(p, options.path)) break;
     plan.grid = segment_shape(p, pair, z);
   }
   plan.variant0 = pair.variant0;

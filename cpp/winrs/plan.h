@@ -62,7 +62,7 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const 
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
 // Workspace bound: at most this many buckets (the first is dW itself), see kWorkspaceShare in plan.cc.
-int64_t max_buckets(const Problem& p);
+int64_t max_buckets(const Problem& p, Path path);
 // The plan of a problem, or plan.reason saying why WinRS cannot run it (an inconsistent problem, a filter
 // width without a Winograd divisor, forced options that do not fit). Deterministic.
 Plan make_plan(const Problem& p, const PlanOptions& options);
