@@ -1,10 +1,11 @@
 """MARE of every variant on every arithmetic path, the paper's protocol (section 6.3), on the CPU executor.
 
 The CPU executor rounds GEMM operands exactly as the GPU paths do, so these numbers (deterministic, any
-machine) are the `mare` column of cpp/winrs/variants.h, which the planner's accuracy budget reads:
+machine) are the `mare` and `signed_error` columns of cpp/winrs/variants.h, which the planner's accuracy budget
+reads:
 
-    python tools/accuracy.py
-    python tools/accuracy.py --signed   # zero-mean inputs, as real gradients are
+    python tools/accuracy.py            # -> mare
+    python tools/accuracy.py --signed   # zero-mean inputs, as real gradients are -> signed_error
     python tools/accuracy.py --gpu [suite ...]   # XLA's error beside WinRS's on the bench suites' layers
 
 The paper's inputs are uniform in [0, 1): every product is positive, so dW has no cancellation and the rounding

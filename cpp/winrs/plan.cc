@@ -99,8 +99,7 @@ int64_t primary_width(int variant0, int variant1, int64_t out_w) {
 // over 20 layers of the paper suite on an H100 (jax 0.11.2, cuDNN; tools/accuracy.py --gpu, 2026-11-22).
 // cuDNN's algorithms are often less accurate than a direct sum: at float32 HIGHEST from 1.7e-7 (7x7-9x9)
 // to 8.5e-3 (5x5), at the default precision (TF32) 2.9e-4 to 2.2e-3. bfloat16 and float16 are the exact dW
-// rounded once. Paths XLA never uses (a forced path is its own reference) count as the XLA arithmetic of
-// their accuracy: split TF32 as FP32, bfloat16 with TF32 operands as bfloat16.
+// rounded once. Split TF32, which XLA never uses (a forced path is its own reference), counts as FP32.
 double xla_signed_error(Path reference) {
   switch (reference) {
     case Path::kFp32:
