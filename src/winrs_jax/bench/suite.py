@@ -331,7 +331,8 @@ def _torch_case(
     shape: Shape, dtype_name: str, x: np.ndarray, dy: np.ndarray, repeats: int, calls: int
 ) -> Any:
     """cuDNN's filter gradient through torch.ops.aten.convolution_backward (cudnn.benchmark on, TF32 only at
-    float32 default precision), timed with CUDA events; and the float64 reference dW (O x I x FH x FW)."""
+    float32 default precision), timed with CUDA events (None when repeats is 0); and the float64 reference dW
+    (O x I x FH x FW)."""
     torch = _torch()
     dtypes = {"f32_highest": torch.float32, "f32_default": torch.float32, "bf16": torch.bfloat16,
               "f16": torch.float16}  # fmt: skip
@@ -365,21 +366,25 @@ def _torch_case(
             (False, True, False),
         )[1]
 
-    fn = backward_filter(tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name])
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / calls)
+    elapsed = None
+    if repeats > 0:  # else the float64 reference only
+        fn = backward_filter(
+            tensor(x, dtypes[dtype_name]), tensor(dy, dtypes[dtype_name]), dtypes[dtype_name]
+        )
+        fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / calls)
+        elapsed = statistics.median(samples)
     reference = backward_filter(tensor(x, torch.float64), tensor(dy, torch.float64), torch.float64)()
     # O x I x spatial -> O x spatial x I
-    elapsed = statistics.median(samples) if samples else None  # repeats=0: the reference only
     return elapsed, reference.permute(0, *range(2, rank + 2), 1).cpu().numpy()
 
 
@@ -418,8 +423,7 @@ def _signed_errors(shape: Shape, dtype_name: str, compiled: dict[str, Any]) -> t
 def signed_errors(shape: Shape, dtype_name: str) -> tuple[float, float, str]:
     """(WinRS's error, XLA's error, WinRS's path) on zero-mean inputs, without timing (tools/accuracy.py
     --gpu). Needs PyTorch with a GPU for the float64 reference."""
-    x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
-    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
+    x, dy, w, kwargs, compiled = _compiled(shape, dtype_name)
     plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
     return (*_signed_errors(shape, dtype_name, compiled), plan.path if plan.supported else "xla")
 
@@ -432,6 +436,13 @@ def _layer(shape: Shape, dtype_name: str, rng: np.random.Generator) -> tuple[Any
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     return x, dy, w, kwargs
+
+
+def _compiled(shape: Shape, dtype_name: str) -> tuple[Any, Any, Any, dict[str, Any], dict[str, Any]]:
+    """_layer's inputs and arguments, and XLA's and WinRS's filter gradients of the layer compiled for them."""
+    x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
+    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
+    return x, dy, w, kwargs, compiled
 
 
 def _filter_grads(w: Any, kwargs: dict[str, Any]) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
@@ -450,8 +461,7 @@ def _filter_grads(w: Any, kwargs: dict[str, Any]) -> dict[str, Callable[[jax.Arr
 def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) -> Result:
     """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs (uniform
     [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs."""
-    x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
-    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
+    x, dy, w, kwargs, compiled = _compiled(shape, dtype_name)
     times = {name: time_ms(lambda c=c: c(x, dy), repeats, calls) for name, c in compiled.items()}
     expected = np.asarray(compiled["xla"](x, dy).astype(jnp.float32), np.float64)
     actual = np.asarray(compiled["winrs"](x, dy).astype(jnp.float32), np.float64)
