@@ -44,5 +44,9 @@ constexpr const char* storage_name(Storage s) {
   return s == Storage::kF32 ? "float32" : s == Storage::kBF16 ? "bfloat16" : "float16";
 }
 constexpr bool valid_path(int p) { return p >= 0 && p < kNumPaths; }
+// Whether a path's products are FP32-accurate (FP32 FMA, or split TF32's three products).
+constexpr bool fp32_accurate(Path p) {
+  return path_info(p).operand == Operand::kF32 || path_info(p).operand == Operand::kTF32Split;
+}
 
 }  // namespace winrs

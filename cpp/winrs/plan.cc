@@ -101,7 +101,7 @@ int64_t primary_width(int variant0, int variant1, int64_t out_w) {
 // to 8.5e-3 (5x5), at the default precision (TF32) 2.9e-4 to 2.2e-3. bfloat16 and float16 are the exact dW
 // rounded once. Split TF32, which XLA never uses (a forced path is its own reference), counts as FP32.
 double xla_signed_error(Path reference) {
-  switch (reference) {
+  switch (reference) {  // no default: a new path must say what it stands for
     case Path::kFp32:
     case Path::kTf32x3:
       return 2.61e-6;
@@ -121,7 +121,7 @@ AccuracyBudget accuracy_budget(Path reference) {
   // rounding (the direct kernel's, variants.h); on zero-mean data it is the larger of that and XLA's measured
   // median. The paper's protocol reads the direct kernel alone (on its [0, 1) inputs every kernel but alpha
   // 16 stays near it).
-  const double factor = reference == Path::kFp32 || reference == Path::kTf32x3 ? 4.0 : 2.0;
+  const double factor = fp32_accurate(reference) ? 4.0 : 2.0;
   const KernelShape& direct = kVariants[0].shape(reference);
   return {factor * direct.mare, factor * std::max(direct.signed_error, xla_signed_error(reference))};
 }
