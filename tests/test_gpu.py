@@ -87,6 +87,33 @@ def test_gpu_matches_cpu_plan_execution(shape, path, rng):
     assert mare(gpu, ref) <= 1.5 * mare(cpu, ref) + 1e-7
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("buckets", [1, 5])
+def test_chained_segments_add_in_order(buckets, path, rng):
+    """51 segments of Omega_4(3, 2) and 3 residual ones of the direct kernel sharing 1 or 5 buckets: without the
+    semaphores that order the links, up to 51 blocks add into the same dW tile at once and lose updates. In
+    order, the result matches the CPU executor's (which runs the links one after the other) and repeats bit for
+    bit."""
+    pads = (1, 1, 1, 1)
+    x, dy = _inputs(rng, path, (4, 64, 35, 40), (4, 64, 35, 24))
+    options = dict(segments=64, buckets=buckets, path=path, kernels=(2, 0))  # Omega_4(3, 2), then direct
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 40, 24), x.dtype), (1, 1), ((1, 1), (1, 1)),
+                          dimension_numbers=DN, options=winrs_jax.PlannerOptions(**options))  # fmt: skip
+    assert plan.buckets == buckets and plan.chain == -(-51 // buckets) and len(plan.kernels) == 2, plan
+    ref = _reference(x, dy, (3, 3), pads)
+    gpu = _filter_grad(x, dy, (3, 3), pads, _gpu(), **options)
+    cpu = _filter_grad(x, dy, (3, 3), pads, jax.devices("cpu")[0], **options)
+    assert mare(gpu, ref) <= 1.5 * mare(cpu, ref) + 1e-7
+    np.testing.assert_array_equal(gpu, _filter_grad(x, dy, (3, 3), pads, _gpu(), **options))
+    # Stacked problems (vmap) each have their own semaphores, reset before every call.
+    fn = jax.jit(jax.vmap(functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 40, 24), window_strides=(1, 1), padding=((1, 1), (1, 1)),
+        dimension_numbers=DN, options=winrs_jax.PlannerOptions(**options))))  # fmt: skip
+    stacked = np.asarray(fn(jnp.stack([x, 2 * x]), jnp.stack([dy, dy])).astype(np.float32), np.float64)
+    np.testing.assert_array_equal(stacked[0].transpose(3, 0, 1, 2), gpu)
+    np.testing.assert_array_equal(stacked[1].transpose(3, 0, 1, 2), 2 * gpu)  # doubling X is exact throughout
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
 def test_long_accumulation_stays_as_accurate_as_xla(dtype, rng):
     """An accumulation length N x O_H x O_W = 2^18, where the paper saw cuDNN's 16-bit algorithms degrade:
@@ -175,7 +202,7 @@ def test_handler_errors_on_gpu():
 
     x = jnp.ones((2, 8, 8, 4))
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1,
-                 variant0=1, variant1=-1)  # fmt: skip
+                 buckets=0, variant0=1, variant1=-1)  # fmt: skip
     with pytest.raises(Exception, match="winrs_backward_filter: .*forced kernels cannot tile"):
         np.asarray(_ffi.backward_filter_call(x, x, (), (4, 3, 3, 4), 0, attrs))
 

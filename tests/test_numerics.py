@@ -110,3 +110,19 @@ def test_results_are_deterministic(rng):
     for _ in range(3):
         again, _ = _run(x, dy, (3, 3), pads, segments=16)
         np.testing.assert_array_equal(first, again)
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_chained_segments(buckets, rng):
+    """Segments sharing buckets (serial split-K, cpp/winrs/segments.h): later links add into a bucket that an
+    earlier link wrote, the residual column's too. Each link written instead of added, or a bucket of the
+    workspace left unsummed, would lose most of dW. With one bucket the workspace holds only semaphores."""
+    pads = (1, 1, 1, 1)
+    x, dy = _inputs(rng, 2, 24, 17, 6, 5, 3, 3, pads)  # O_W = 17: Omega_4(3, 2) on 16 columns, then direct
+    dw, plan = _run(x, dy, (3, 3), pads, segments=16, buckets=buckets, kernels=(2, 0))
+    assert plan.buckets == buckets and plan.chain > 1 and len(plan.kernels) == 2, plan
+    _check(dw, reference_filter_grad(x, dy, (3, 3), pads), plan)
+    own, _ = _run(x, dy, (3, 3), pads, segments=16, kernels=(2, 0))
+    np.testing.assert_allclose(dw, own, rtol=1e-5, atol=1e-6 * np.abs(own).max())
+    if buckets == 1:
+        assert plan.workspace_elems < 6 * 5 * 3 * 3

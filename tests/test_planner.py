@@ -53,32 +53,41 @@ def test_plan_properties(shape, segments):
     # Both kernels' output tiles divide F_W; their unit widths tile O_W without padding.
     assert fw % v0.n == 0 and fw % v1.n == 0
     assert plan.width0 % v0.r == 0 and (out_w - plan.width0) % v1.r == 0 and plan.width0 > 0
-    segs = _winrs.segments(out_h, out_w, plan.segment_rows, *plan.segment_shape, plan.width0)
+    segs = _winrs.segments(out_h, out_w, plan.segment_rows, *plan.segment_shape, plan.width0, plan.buckets)
     assert len(segs) == plan.segments
     # Segments tile dY exactly: disjoint and covering.
     cover = np.zeros((out_h, out_w), int)
-    buckets = set()
-    for h0, h1, w0, w1, kernel, bucket in segs:
-        buckets.add(bucket)
+    places = {0: set(), 1: set()}
+    for h0, h1, w0, w1, kernel, bucket, link in segs:
+        places[kernel].add((bucket, link))
         assert h1 > h0 and w1 > w0
         cover[h0:h1, w0:w1] += 1
         r = (v0 if kernel == 0 else v1).r
         assert (w1 - w0) % r == 0
         assert (kernel == 0) == (w1 <= plan.width0)
     assert (cover == 1).all()
-    # Kernel 0's segments own one bucket each; the residual column shares them.
-    assert buckets == set(range(plan.buckets))
-    assert plan.buckets == sum(1 for s in segs if s[4] == 0)
+    # Each kernel's segments take distinct places (bucket, link) of the chains; kernel 0's fill every bucket.
+    primary = sum(1 for s in segs if s[4] == 0)
+    assert len(places[0]) == primary and len(places[1]) == plan.segments - primary
+    assert {b for b, _ in places[0]} == set(range(plan.buckets))
+    assert plan.chain == max(link for _, link in places[0]) + 1 == -(-primary // plan.buckets)
     assert plan.segment_shape[1] % v0.r == 0
     # Z within its bounds: at least 1; Algorithm 2 never exceeds H_max x W_max segments plus the residual column.
     pad_h = max(fh // 2, 1)
     h_max = max(1, out_h // pad_h)
     w_max = plan.width0 // v0.r
     assert 1 <= plan.segments <= h_max * (w_max + 1)
-    if segments is None:
-        data = n * hw * hw * c + n * out_h * out_w * c + c * fh * fw * c
-        assert plan.baseline_segments <= 1 + 0.5 * data / (c * fh * fw * c)
-    assert plan.workspace_elems == (plan.buckets - 1) * c * fh * fw * c
+    dw = c * fh * fw * c
+    if segments is None:  # the workspace bound caps the buckets (plan.cc), not the segments
+        data = n * hw * hw * c + n * out_h * out_w * c + dw
+        assert plan.buckets - 1 <= max(1, 0.15 * data / dw)
+    else:  # forced segments keep a bucket each
+        assert plan.buckets == primary and plan.chain == 1
+    # Buckets 1..B-1, then one semaphore per bucket and GPU work tile of each chained kernel.
+    assert plan.workspace_elems >= (plan.buckets - 1) * dw
+    assert (plan.workspace_elems == (plan.buckets - 1) * dw) == (
+        plan.chain == 1 and len(places[1]) <= plan.buckets
+    )
     assert plan.workspace_bytes == 4 * plan.workspace_elems
 
 
@@ -92,6 +101,13 @@ def test_workspace_bound_counts_bytes(path, element_bytes):
     data_bytes = element_bytes * (2 * n * hw * hw * c + 9 * c * c)
     assert plan.buckets > 2
     assert plan.workspace_bytes <= 0.15 * data_bytes
+
+
+def test_workspace_bound_caps_buckets_not_segments():
+    """Where the bound allows fewer buckets than the segments Algorithm 1 asks for (bf16 3x3 128:56:64: 56
+    buckets), the segments share them in chains instead of the layer running on fewer segments."""
+    plan = plan_canonical(128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
+    assert plan.segments > plan.buckets > 2 and plan.chain == -(-plan.segments // plan.buckets)
 
 
 def test_figure_5_pair():

@@ -2,6 +2,7 @@
 
 python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
+python tools/tune.py buckets    # time against the bucket count B (chains of segments) -> kWorkspaceShare
 """
 
 import json
@@ -79,5 +80,33 @@ def segments() -> None:
                                   default=factor == 1)))  # fmt: skip
 
 
+def buckets() -> None:
+    """Each layer with the planner's buckets, with fewer (longer chains of segments), with one bucket per segment
+    at the same Z, and with Z cut to the planner's bucket count (one bucket each: the planner before chains)."""
+    for path in ("bf16", "tf32", "tf32x3"):
+        for n, h, c, r in (
+            (128, 56, 64, 3),
+            (128, 28, 128, 3),
+            (128, 14, 256, 3),
+            (128, 7, 512, 3),
+            (32, 56, 256, 3),
+            (32, 32, 256, 5),
+            (32, 16, 512, 7),
+        ):
+            pads = ((r // 2, r // 2), (r // 2, r // 2))
+            dtype = PATH_DTYPES[path]
+            base, ms, _ = run(n, h, h, c, r, r, pads, dtype, path=path)
+            configs = {"buckets=1": dict(buckets=1), "buckets=4": dict(buckets=4),
+                       "own buckets": dict(segments=max(1, round(base.baseline_segments))),
+                       "Z=B": dict(segments=base.buckets)}  # fmt: skip
+            for name, extra in {"planner": None, **configs}.items():
+                plan = base
+                if extra is not None:
+                    plan, ms, _ = run(n, h, h, c, r, r, pads, dtype, path=path, **extra)
+                print(json.dumps(dict(layer=f"{r}x{r} {n}:{h}:{c}", path=path, config=name, ms=round(ms, 4),
+                                      segments=plan.segments, buckets=plan.buckets, chain=plan.chain,
+                                      workspace_mb=round(plan.workspace_bytes / 2**20, 2))), flush=True)  # fmt: skip
+
+
 if __name__ == "__main__":
-    {"variants": variants, "segments": segments}[sys.argv[1]]()
+    {"variants": variants, "segments": segments, "buckets": buckets}[sys.argv[1]]()

@@ -71,7 +71,7 @@ struct TileContext {
   const void* input;
   const void* out_grad;
   float* bucket;
-  bool accumulate;  // kernel 1 adds into the bucket kernel 0 wrote (segments.h)
+  bool accumulate;  // add into the bucket: kernel 1, or a later link of a chain (segments.h)
 };
 
 // One work tile: filter row fh, filter-gradient columns f0..f0+n, one channel block, one segment.
@@ -176,21 +176,25 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
   const Plan& plan = op.plan;
   const int64_t bucket_elems = p.filter_elems();
 
-  // Kernel 0's segments write their buckets; then kernel 1's segments add into theirs (segments.h), in the
-  // same order as the two GPU launches.
+  // Kernel 0's segments write or add into their buckets, then kernel 1's add into theirs (segments.h), in the
+  // same order as the two GPU launches; the links of the chains run one after the other, as the GPU's
+  // semaphores order them.
   for (int kernel = 0; kernel < 2; ++kernel) {
     const int variant = kernel == 0 ? plan.variant0 : plan.variant1;
     const TileScheduler scheduler =
         make_scheduler(p, plan.grid, kernel, kVariants[variant].n, kBlockOc, kBlockIc);
     const TileFn fn = kTileFns[static_cast<int>(plan.path)][variant];
-    parallel_for(scheduler.count(), [&](int64_t index) {
-      const WorkTile t = scheduler.tile(index);
-      const int bucket = plan.grid.bucket(t.segment);
-      const TileContext c{&p, b.input, b.out_grad,
-                          bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems,
-                          kernel == 1};
-      fn(c, plan.grid.segment(t.segment), t);
-    });
+    for (int link = 0; link < plan.grid.chain(kernel); ++link) {
+      const int64_t first = scheduler.link_begin(link);
+      parallel_for(scheduler.link_begin(link + 1) - first, [&](int64_t index) {
+        const WorkTile t = scheduler.tile(first + index);
+        const int bucket = t.local % plan.grid.buckets();
+        const TileContext c{&p, b.input, b.out_grad,
+                            bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems,
+                            kernel == 1 || link > 0};
+        fn(c, plan.grid.segment(t.segment), t);
+      });
+    }
   }
 
   const int buckets = plan.grid.buckets();

@@ -165,4 +165,25 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Serial split-K (winrs/segments.h): a block waits until its chain's semaphore reaches its link, adds its
+// result into the bucket, and passes the semaphore on. One thread polls with acquire loads; the barrier
+// hands the ordering to the block. The previous link ran on an earlier-dispatched block, so this never waits
+// for a block that is not yet resident.
+__device__ __forceinline__ void wait_for_link(const unsigned* semaphore, int link) {
+  if (threadIdx.x == 0) {
+    unsigned seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(semaphore) : "memory");
+    } while (seen != unsigned(link));
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void pass_link(unsigned* semaphore, int next) {
+  __threadfence();  // this block's adds are visible at GPU scope before the semaphore moves
+  __syncthreads();
+  if (threadIdx.x == 0)
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" : : "l"(semaphore), "r"(unsigned(next)) : "memory");
+}
+
 }  // namespace winrs::cuda

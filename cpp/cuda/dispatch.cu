@@ -1,5 +1,5 @@
-// The operator on the GPU: path and alpha-class dispatch of the Omega kernels, stacked-problem launches and
-// the deterministic bucket reduction.
+// The operator on the GPU: path and alpha-class dispatch of the Omega kernels, stacked-problem launches, the
+// semaphores of chained segments and the deterministic bucket reduction.
 #include <algorithm>
 
 #include "cuda/omega.h"
@@ -75,6 +75,15 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
   const Problem& p = op.problem;
   const Plan& plan = op.plan;
   const long long element = storage_bytes(plan.path);
+  const long long bucket_words = (plan.buckets - 1) * p.filter_elems();
+  if (const long long words = plan.semaphores[0] + plan.semaphores[1]; words > 0) {
+    *stage = "semaphore reset";  // each problem's semaphores follow its buckets (plan.h)
+    const size_t pitch = sizeof(float) * size_t(plan.workspace_elems);
+    if (cudaError_t e = cudaMemset2DAsync(workspace + bucket_words, pitch, 0, sizeof(float) * size_t(words),
+                                          size_t(op.groups), stream);
+        e != cudaSuccess)
+      return e;
+  }
   for (long long g0 = 0; g0 < op.groups; g0 += kMaxGroups) {
     OmegaArgs args{static_cast<const char*>(input) + g0 * op.input_group_stride * element,
                    static_cast<const char*>(out_grad) + g0 * op.grad_group_stride * element,
@@ -86,11 +95,13 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
                    std::min(kMaxGroups, op.groups - g0),
                    plan.workspace_elems,
                    op.input_group_stride,
-                   op.grad_group_stride};
+                   op.grad_group_stride,
+                   plan.semaphores[0] > 0 ? bucket_words : -1};
     *stage = "kernel 0 launch";
     if (cudaError_t e = launch_omega(plan.path, plan.variant0, args, stream); e != cudaSuccess) return e;
     if (plan.grid.width0 < plan.grid.out_w) {  // the residual column adds into kernel 0's buckets
       args.kernel = 1;
+      args.semaphore_offset = plan.semaphores[1] > 0 ? bucket_words + plan.semaphores[0] : -1;
       *stage = "kernel 1 launch";
       if (cudaError_t e = launch_omega(plan.path, plan.variant1, args, stream); e != cudaSuccess) return e;
     }

@@ -13,7 +13,7 @@ struct OmegaArgs {
   const void* input;     // X, N x I_H x I_W x I_C, in the path's storage type
   const void* out_grad;  // dY, N x O_H x O_W x O_C, in the path's storage type
   float* filter_grad;    // dW (bucket 0)
-  float* workspace;      // buckets 1..Z-1
+  float* workspace;      // buckets 1..B-1, then the semaphores (plan.h)
   Problem problem;
   SegmentGrid grid;
   int kernel;  // 0: the primary columns of the grid, 1: the residual column (accumulates, see segments.h)
@@ -22,6 +22,9 @@ struct OmegaArgs {
   long long groups;
   long long workspace_elems;
   long long input_group_stride, grad_group_stride;
+  // This kernel's semaphores at this many words into a problem's workspace, zeroed before the launch; -1 when
+  // its chains have one link (no ordering needed).
+  long long semaphore_offset;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

@@ -6,7 +6,8 @@
 // path's staging policy (staging.cuh): filter transforms of dY units and input transforms of X tiles in FP32
 // registers, converted to the operand type at the store into double-buffered shared memory, then the
 // alpha-batched GEMM into FP32 accumulators. The output transform runs after the loop, in R rounds through
-// shared memory, and writes the segment's bucket.
+// shared memory, and writes or adds into the segment's bucket, after the previous link of its chain where
+// segments share buckets (serial split-K, winrs/segments.h).
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -76,10 +77,15 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   float* workspace = args.workspace + group * args.workspace_elems;
 
   const SegmentGrid& grid = args.grid;
-  const WorkTile work = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM).tile(blockIdx.x);
-  const int bucket_index = grid.bucket(work.segment);
+  const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM);
+  const WorkTile work = scheduler.tile(blockIdx.x);
+  const int bucket_index = work.local % grid.buckets(), link = work.local / grid.buckets();
   float* bucket =
       bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
+  unsigned* semaphore = args.semaphore_offset < 0
+                            ? nullptr
+                            : reinterpret_cast<unsigned*>(workspace + args.semaphore_offset) +
+                                  (long long)bucket_index * scheduler.tiles_per_segment() + work.slot;
   const UnitWalk walk = make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
   const int steps = (walk.units() + C::K - 1) / C::K;
 
@@ -103,12 +109,13 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   // Output transform in R rounds (write_result, Algorithm 3 lines 12-18).
   float* out = reinterpret_cast<float*>(smem4);
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
-  const bool accumulate = args.kernel == 1;
+  const bool accumulate = args.kernel == 1 || link > 0;
   static_for<0, C::R>([&](auto round) {
     constexpr int rnd = decltype(round)::value;
     __syncthreads();
     gemm.template stage_round<rnd>(out);
     __syncthreads();
+    if (rnd == 0 && semaphore) wait_for_link(semaphore, link);  // the chain's previous link has added
     for (int e = tid; e < C::round_rows * C::BM; e += kThreads) {
       const int row = e / C::BM, col = e % C::BM;
       const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
@@ -121,9 +128,10 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
       C::Tile::output(m, y);
       float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
 #pragma unroll
-      for (int j = 0; j < C::n; ++j) dst[j * in_c] = accumulate ? dst[j * in_c] + y[j] : y[j];
+      for (int j = 0; j < C::n; ++j) dst[j * in_c] = accumulate ? __ldcg(dst + j * in_c) + y[j] : y[j];
     }
   });
+  if (semaphore) pass_link(semaphore, link + 1);
 }
 
 template <int V, Path P>

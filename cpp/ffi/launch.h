@@ -21,6 +21,7 @@ struct PlanAttrs {
   int64_t reference;           // winrs::Path whose accuracy the kernels must keep
   int64_t sm_count;            // the planner's target GPU
   int64_t segments;            // > 0 forces Z^
+  int64_t buckets;             // > 0 caps the bucket count
   int64_t variant0, variant1;  // >= 0 force the kernel pair
 };
 
@@ -73,19 +74,25 @@ std::string decode_stacked(const xla::ffi::AnyBuffer& input, const xla::ffi::Any
 
 // Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
 // O_C x F_H x F_W x I_C (float32), stacked as decode_stacked reads them, and a float32 workspace of
-// op->workspace_elems(). Returns an error message, empty on success.
+// op->workspace_elems() (buckets and semaphores, plan.h). Returns an error message, empty on success.
 template <typename Ret>
 std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                         Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (!valid_path(int(a.path)) || !valid_path(int(a.reference))) return "unknown arithmetic path";
-  if (a.sm_count < 1 || a.sm_count > kIntMax || a.segments < 0 || a.segments > kIntMax)
+  if (a.sm_count < 1 || a.sm_count > kIntMax || a.segments < 0 || a.segments > kIntMax || a.buckets < 0 ||
+      a.buckets > kIntMax)
     return "planner attribute out of range";
   for (int64_t v : {a.variant0, a.variant1})
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
-  const PlanOptions options{static_cast<Path>(a.path), static_cast<Path>(a.reference),
-                            int(a.sm_count),           int(a.segments),
-                            int(a.variant0),           int(a.variant1)};
+  PlanOptions options;
+  options.path = static_cast<Path>(a.path);
+  options.reference = static_cast<Path>(a.reference);
+  options.sm_count = int(a.sm_count);
+  options.segments = int(a.segments);
+  options.buckets = int(a.buckets);
+  options.variant0 = int(a.variant0);
+  options.variant1 = int(a.variant1);
   StackedBuffers b;
   if (std::string error = decode_stacked(input, out_grad, filter_grad, options.path, &b); !error.empty())
     return error;
@@ -100,7 +107,7 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   shapes.grad_shared = b.grad_shared;
   if (std::string error = make_backward_filter(shapes, options, op); !error.empty()) return error;
   if (int64_t(workspace->element_count()) != op->workspace_elems())
-    return "workspace size does not match the plan's (buckets - 1) x filter size";
+    return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
   return {};
 }
 
@@ -130,5 +137,5 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<int64_t>("pad_bottom"), ::xla::ffi::StructMember<int64_t>("pad_left"),
     ::xla::ffi::StructMember<int64_t>("pad_right"), ::xla::ffi::StructMember<int64_t>("path"),
     ::xla::ffi::StructMember<int64_t>("reference"), ::xla::ffi::StructMember<int64_t>("sm_count"),
-    ::xla::ffi::StructMember<int64_t>("segments"), ::xla::ffi::StructMember<int64_t>("variant0"),
-    ::xla::ffi::StructMember<int64_t>("variant1"));
+    ::xla::ffi::StructMember<int64_t>("segments"), ::xla::ffi::StructMember<int64_t>("buckets"),
+    ::xla::ffi::StructMember<int64_t>("variant0"), ::xla::ffi::StructMember<int64_t>("variant1"));

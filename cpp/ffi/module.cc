@@ -144,7 +144,8 @@ NB_MODULE(_winrs, m) {
       "make_plan",
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
-         int64_t pad_right, int path, int reference, int sm_count, int segments, int variant0, int variant1) {
+         int64_t pad_right, int path, int reference, int sm_count, int segments, int buckets, int variant0,
+         int variant1) {
         if (!winrs::valid_path(path) || !winrs::valid_path(reference))
           throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
@@ -155,7 +156,7 @@ NB_MODULE(_winrs, m) {
         const std::string error = winrs::make_backward_filter(
             shapes,
             winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
-                               segments, variant0, variant1},
+                               segments, buckets, variant0, variant1},
             &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
@@ -165,6 +166,7 @@ NB_MODULE(_winrs, m) {
         d["variant1"] = plan.variant1;
         d["segments"] = plan.segments;
         d["buckets"] = plan.buckets;
+        d["chain"] = plan.chain;
         d["seg_rows"] = plan.grid.seg_rows;
         d["seg_h"] = plan.grid.seg_h;
         d["seg_w"] = plan.grid.seg_w;
@@ -177,7 +179,7 @@ NB_MODULE(_winrs, m) {
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
-      nb::arg("segments"), nb::arg("variant0") = -1, nb::arg("variant1") = -1);
+      nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1);
 
   // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
   m.def(
@@ -219,15 +221,16 @@ NB_MODULE(_winrs, m) {
       nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"), nb::arg("path"), nb::arg("sm_count"),
       nb::arg("splits") = 0, nb::arg("stacked") = 1);
 
-  m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0) {
+  m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0, int buckets) {
     if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||
-        width0 > out_w)
+        width0 > out_w || buckets <= 0)
       throw nb::value_error("segment grid sizes must be positive and width0 <= out_w");
-    const winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0};
+    const winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0, buckets};
+    if (buckets > g.kernel_segments(0)) throw nb::value_error("more buckets than primary segments");
     nb::list out;
     for (int z = 0; z < g.count(); ++z) {
       const winrs::Segment s = g.segment(z);
-      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel, g.bucket(z)));
+      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel, g.bucket(z), g.link(z)));
     }
     return out;
   });

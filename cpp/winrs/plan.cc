@@ -164,9 +164,9 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   const double b2 =
       double(ceil_div(p.out_c, v.block_oc) * ceil_div(p.in_c, v.block_ic) * p.filter_h * (p.filter_w / n));
   double z = (b0 + b1) / (1.45 * b2);
-  // Line 2: one segment suffices with two waves of blocks; the workspace stays under kWorkspaceShare of data.
+  // Line 2: one segment suffices with two waves of blocks. (The paper also caps Z by the workspace; here the
+  // bound caps the buckets instead, and segments beyond it share buckets in chains.)
   const double b2_hat = 2 * sm;
-  const double z_max = double(max_buckets(p, options.path));
   if (z < 2 && b2 >= b2_hat) return 1;  // line 3
   // Line 4: enough blocks for several waves of resident blocks, so that the last partial wave costs little.
   const double z1 = std::ceil(kWaves * sm * v.blocks_per_sm / b2);
@@ -177,7 +177,7 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   z = std::max(1.0, std::floor(z));
   // Line 7: round up to a multiple of 2, 4 or 8.
   const double pad = std::min(std::exp2(std::ceil(std::log2(z))), 8.0);
-  return std::max(1.0, std::min(pad * std::ceil(z / pad), z_max));
+  return std::max(1.0, pad * std::ceil(z / pad));
 }
 
 Plan make_plan(const Problem& p, const PlanOptions& options) {
@@ -219,17 +219,25 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   plan.baseline_segments =
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
   plan.grid = segment_shape(p, pair, int64_t(plan.baseline_segments));
-  // Algorithm 2 can cut more segment columns than Z^ asks for (a prime W_max, say): shrink Z^ until the
-  // buckets respect the workspace bound, unless the caller forced the segment count.
-  for (int64_t z = int64_t(plan.baseline_segments) - 1; options.segments <= 0 && z >= 1; --z) {
-    if (plan.grid.buckets() <= max_buckets(p, options.path)) break;
-    plan.grid = segment_shape(p, pair, z);
-  }
+  // Buckets: one per segment of kernel 0 where the workspace bound allows (or the caller forced the segment
+  // count); otherwise the segments share them in chains (segments.h), so the bound never costs parallelism.
+  const int64_t primary = plan.grid.kernel_segments(0);
+  int64_t buckets = options.segments > 0 ? primary : std::min(primary, max_buckets(p, options.path));
+  if (options.buckets > 0) buckets = std::min<int64_t>(primary, options.buckets);
+  plan.grid.bucket_count = int(buckets);
   plan.variant0 = pair.variant0;
   plan.variant1 = pair.variant1;
   plan.segments = plan.grid.count();
-  plan.buckets = plan.grid.buckets();
-  plan.workspace_elems = (plan.buckets - 1) * p.filter_elems();
+  plan.buckets = buckets;
+  plan.chain = plan.grid.chain(0);
+  for (int kernel = 0; kernel < 2; ++kernel) {
+    if (plan.grid.chain(kernel) < 2) continue;
+    const Variant& v = kVariants[kernel == 0 ? pair.variant0 : pair.variant1];
+    const KernelShape& shape = v.shape(options.path);  // the GPU's work tiles
+    plan.semaphores[kernel] = buckets * ceil_div(p.out_c, shape.block_oc) * ceil_div(p.in_c, shape.block_ic) *
+                              p.filter_h * (p.filter_w / v.n);
+  }
+  plan.workspace_elems = (buckets - 1) * p.filter_elems() + plan.semaphores[0] + plan.semaphores[1];
   const double share0 = double(pair.width0) / double(p.out_w);
   plan.predicted_seconds = p.direct_flops() * 1e-12 *
                            (share0 / kVariants[pair.variant0].relative_speed(options.path) +

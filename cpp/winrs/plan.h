@@ -21,6 +21,7 @@ struct PlanOptions {
   Path reference = Path::kFp32;
   int sm_count = 132;  // streaming multiprocessors of the target GPU (H100 SXM by default)
   int segments = 0;    // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
+  int buckets = 0;     // > 0 caps the bucket count B (segments.h; the workspace) below max_buckets
   int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
   int variant1 = -1;
 };
@@ -30,9 +31,13 @@ struct Plan {
   std::string reason;  // why WinRS is not used, when !supported
   int variant0 = -1, variant1 = -1;
   SegmentGrid grid{};
-  int64_t segments = 0;          // Z
-  int64_t buckets = 0;           // segments of kernel 0; kernel 1 accumulates into them (segments.h)
-  int64_t workspace_elems = 0;   // (buckets - 1) x |dW|, float32
+  int64_t segments = 0;  // Z
+  int64_t buckets = 0;   // B float32 partial sums of dW, the first dW itself (segments.h)
+  int64_t chain = 1;     // segments of kernel 0 per bucket, added in a fixed order (serial split-K)
+  // The workspace, in 4-byte words: buckets 1..B-1, then a semaphore per bucket and work tile of each kernel
+  // whose chains have more than one link (zero otherwise), which orders the links on the GPU.
+  int64_t semaphores[2] = {0, 0};
+  int64_t workspace_elems = 0;   // (B - 1) x |dW| + semaphores[0] + semaphores[1]
   double baseline_segments = 0;  // Z^ after Algorithm 1 (or the forced value)
   Path path = Path::kFp32;
   // The cost model's time: direct FLOPs of each kernel's columns over the variant's measured effective
@@ -61,7 +66,8 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const 
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);
-// Workspace bound: at most this many buckets (the first is dW itself), see kWorkspaceShare in plan.cc.
+// Workspace bound: at most this many buckets (the first is dW itself), see kWorkspaceShare in plan.cc. More
+// segments than buckets form chains (segments.h).
 int64_t max_buckets(const Problem& p, Path path);
 // The plan of a problem, or plan.reason saying why WinRS cannot run it (an inconsistent problem, a filter
 // width without a Winograd divisor, forced options that do not fit). Deterministic.

@@ -17,6 +17,8 @@ namespace winrs {
 
 struct WorkTile {
   int segment;   // z, an index into the SegmentGrid
+  int local;     // its number among the kernel's segments (SegmentGrid::kernel_index)
+  int slot;      // the tile's place among the tiles of its segment: its semaphore is bucket x tiles + slot
   int fh;        // filter row
   int f0;        // first filter-gradient column of the tile
   int oc0, ic0;  // first output and input channel of the block
@@ -28,15 +30,18 @@ struct TileScheduler {
   int filter_h, tiles_per_row, n;
   int block_oc, block_ic, oc_blocks, ic_blocks;
 
-  WINRS_HD int segments() const {
-    if (kernel == 0) return grid.seg_rows * grid.primary_cols();
-    return grid.width0 < grid.out_w ? grid.seg_rows : 0;
-  }
-  WINRS_HD long long count() const {
-    return (long long)segments() * filter_h * tiles_per_row * oc_blocks * ic_blocks;
+  WINRS_HD int segments() const { return grid.kernel_segments(kernel); }
+  WINRS_HD int tiles_per_segment() const { return filter_h * tiles_per_row * oc_blocks * ic_blocks; }
+  WINRS_HD long long count() const { return (long long)segments() * tiles_per_segment(); }
+  // Tiles [link_begin(k), link_begin(k + 1)) are the segments of link k of every chain (segments.h): the
+  // links follow each other in tile order, so a block never waits for a link that starts after it.
+  WINRS_HD long long link_begin(int link) const {
+    const long long segs = (long long)link * grid.buckets();
+    return (segs < segments() ? segs : segments()) * (long long)tiles_per_segment();
   }
   WINRS_HD WorkTile tile(long long index) const {
     WorkTile t;
+    t.slot = int(index % tiles_per_segment());
     t.ic0 = int(index % ic_blocks) * block_ic;
     index /= ic_blocks;
     t.oc0 = int(index % oc_blocks) * block_oc;
@@ -44,9 +49,9 @@ struct TileScheduler {
     t.f0 = int(index % tiles_per_row) * n;
     index /= tiles_per_row;
     t.fh = int(index % filter_h);
-    const int local = int(index / filter_h);
+    t.local = int(index / filter_h);
     const int cols = grid.cols(), primary = grid.primary_cols();
-    t.segment = kernel == 0 ? (local / primary) * cols + local % primary : local * cols + primary;
+    t.segment = kernel == 0 ? (t.local / primary) * cols + t.local % primary : t.local * cols + primary;
     return t;
   }
 };

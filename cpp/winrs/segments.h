@@ -5,10 +5,14 @@
 // narrower, still a multiple of r0) and runs kernel 0; the residual region [width0, O_W), a multiple of r1,
 // forms one more column running kernel 1.
 //
-// Buckets: each primary segment writes its own bucket (row * primary_cols + col); the residual segment of a
-// row adds its result into the bucket of that row's first segment after kernel 0 has finished (the kernels
-// run in order on one stream), so the residual column needs no workspace of its own. This departs from the
-// paper's one bucket per segment and saves seg_rows x |dW| of workspace.
+// Buckets and chains: kernel 0's segments are numbered s = row * primary_cols + col, kernel 1's (the
+// residual column) s = row. Segment s adds into float32 bucket s % B as link s / B of that bucket's chain:
+// link 0 of kernel 0 writes the bucket, every later link adds into it, in link order (serial split-K, after
+// CUTLASS: on the GPU a per-tile semaphore orders the links; the CPU runs the links one after the other).
+// Kernel 1 runs after kernel 0 has finished (in order on one stream), so all its links add. With B equal to
+// kernel 0's segment count every segment has its own bucket (the paper's phase 3, except that the residual
+// segments share kernel 0's buckets); with B = 1 the workspace holds no bucket at all, only semaphores. The
+// buckets are then summed with Kahan compensation (reduction.h); bucket 0 is dW itself.
 #pragma once
 
 #include "config.h"
@@ -24,16 +28,25 @@ struct SegmentGrid {
   int out_h, out_w;
   int seg_rows, seg_h;
   int seg_w, width0;
+  int bucket_count;  // B: between 1 and kernel_segments(0)
 
   WINRS_HD int primary_cols() const { return (width0 + seg_w - 1) / seg_w; }
   WINRS_HD int cols() const { return primary_cols() + (width0 < out_w ? 1 : 0); }
   WINRS_HD int count() const { return seg_rows * cols(); }
-  WINRS_HD int buckets() const { return seg_rows * primary_cols(); }
-  // Bucket written by segment z; segments of kernel 1 accumulate into it instead of overwriting.
-  WINRS_HD int bucket(int z) const {
-    const int row = z / cols(), col = z % cols();
-    return row * primary_cols() + (col < primary_cols() ? col : 0);
+  WINRS_HD int buckets() const { return bucket_count; }
+  // Segments of one kernel of the pair (0: the primary columns, 1: the residual column).
+  WINRS_HD int kernel_segments(int kernel) const {
+    return kernel == 0 ? seg_rows * primary_cols() : (width0 < out_w ? seg_rows : 0);
   }
+  // Links in the longest chain of one kernel's segments: 1 when each has a bucket of its own.
+  WINRS_HD int chain(int kernel) const { return (kernel_segments(kernel) + bucket_count - 1) / bucket_count; }
+  // Number of segment z among its kernel's segments.
+  WINRS_HD int kernel_index(int z) const {
+    const int row = z / cols(), col = z % cols();
+    return col < primary_cols() ? row * primary_cols() + col : row;
+  }
+  WINRS_HD int bucket(int z) const { return kernel_index(z) % bucket_count; }
+  WINRS_HD int link(int z) const { return kernel_index(z) / bucket_count; }
 
   WINRS_HD Segment segment(int z) const {
     const int row = z / cols(), col = z % cols();

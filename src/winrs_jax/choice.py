@@ -244,7 +244,8 @@ def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
     x_shape, dy_shape, _ = plan.canonical_shapes()
     x, dy = _filler(x_shape, dtype, 0), _filler(dy_shape, dtype, 12345)
 
-    options = PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments,
+    options = PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments or None,
+                             buckets=plan.forced_buckets or None,
                              kernels=None if plan.forced_kernels[0] < 0 else plan.forced_kernels)  # fmt: skip
 
     def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:  # as conv runs it: K x ... x C to HWIO, input dtype
@@ -291,7 +292,8 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             device=device.device_kind, platform=device.platform, winrs_jax=__version__, jax=jax.__version__,
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
-            sm_count=plan.sm_count, segments=plan.forced_segments, kernels=plan.forced_kernels, depth=plan.depth,
+            sm_count=plan.sm_count, segments=plan.forced_segments, buckets=plan.forced_buckets,
+            kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
             batch_groups=plan.batch_groups, method=plan.method,

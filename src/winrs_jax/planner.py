@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any
 
 import jax
@@ -88,6 +89,9 @@ class PlannerOptions:
     sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
     segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments), or the split count of
         a direct grouped plan.
+    buckets: cap the float32 partial filter gradients that the segments add into (the workspace holds all but
+        the first). Segments beyond the cap add into the buckets one after another in a fixed order (serial
+        split-K), so fewer buckets trade workspace for a little waiting, never accuracy of the sum's order.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
@@ -98,11 +102,19 @@ class PlannerOptions:
 
     sm_count: int | None = None
     segments: int | None = None
+    buckets: int | None = None
     kernels: tuple[int, int] | None = None
     path: str | None = None
     mode: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("segments", "buckets", "sm_count"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < 1:
+                raise ValueError(f"PlannerOptions.{name} must be a positive int or None, got {value!r}")
+            object.__setattr__(self, name, operator.index(value))
         if self.kernels is not None:  # hashable, whatever sequence was given
             object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
 
@@ -133,12 +145,14 @@ class Plan:
     reference: str = "fp32"  # the arithmetic XLA would use; sets the accuracy budget
     sm_count: int = 0
     forced_segments: int = 0
+    forced_buckets: int = 0
     forced_kernels: tuple[int, int] = (-1, -1)
     variant0: int = -1
     variant1: int = -1
     width0: int = 0
     segments: int = 0
     buckets: int = 0
+    chain: int = 1  # kernel 0's segments per bucket, added in a fixed order
     baseline_segments: float = 0.0
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
@@ -236,7 +250,7 @@ class Plan:
         return dict(
             pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
             reference=PATHS.index(self.reference), sm_count=self.sm_count, segments=self.forced_segments,
-            variant0=self.forced_kernels[0], variant1=self.forced_kernels[1],
+            buckets=self.forced_buckets, variant0=self.forced_kernels[0], variant1=self.forced_kernels[1],
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -273,8 +287,14 @@ class Plan:
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
             f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
-            f"  workspace  {self.workspace_bytes} bytes ({self.buckets} buckets of |dW| float32, the first is dW; "
-            "residual segments add into their row's first bucket)",
+            f"  workspace  {self.workspace_bytes} bytes: {self.buckets} buckets of |dW| float32, the first is dW"
+            + (
+                f"; segment s adds into bucket s mod {self.buckets}, {self.chain} segments one after another "
+                "(serial split-K), ordered by semaphores"
+                if self.chain > 1
+                else "; one segment per bucket"
+            )
+            + ("; the residual column adds into them after kernel 0" if len(kernels) > 1 else ""),
         ]
         return "\n".join(lines)
 
@@ -652,7 +672,8 @@ def _strided_plan(
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
-        forced_segments=runs[0].forced_segments, forced_kernels=runs[0].forced_kernels,
+        forced_segments=runs[0].forced_segments, forced_buckets=runs[0].forced_buckets,
+        forced_kernels=runs[0].forced_kernels,
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
     )  # fmt: skip
 
@@ -690,7 +711,8 @@ def _dilated_plan(
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=piece.path, reference=reference, sm_count=piece.sm_count,
-        forced_segments=piece.forced_segments, forced_kernels=piece.forced_kernels,
+        forced_segments=piece.forced_segments, forced_buckets=piece.forced_buckets,
+        forced_kernels=piece.forced_kernels,
         predicted_seconds=piece.predicted_seconds * dh * dw, dilation=dilation, phases=(Phase((0, 0), piece),),
     )  # fmt: skip
 
@@ -715,12 +737,13 @@ def plan_canonical(
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()
     forced_segments = options.segments or 0
+    forced_buckets = options.buckets or 0
     forced_kernels = tuple(options.kernels) if options.kernels else (-1, -1)
     raw = _winrs.make_plan(
         batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
         path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
-        variant0=forced_kernels[0], variant1=forced_kernels[1],
+        buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1],
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
@@ -737,12 +760,14 @@ def plan_canonical(
         reference=reference,
         sm_count=sm_count,
         forced_segments=forced_segments,
+        forced_buckets=forced_buckets,
         forced_kernels=(forced_kernels[0], forced_kernels[1]),
         variant0=raw["variant0"],
         variant1=raw["variant1"],
         width0=raw["width0"],
         segments=raw["segments"],
         buckets=raw["buckets"],
+        chain=raw["chain"],
         baseline_segments=raw["baseline_segments"],
         segment_rows=raw["seg_rows"],
         segment_shape=(raw["seg_h"], raw["seg_w"]),
