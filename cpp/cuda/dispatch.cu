@@ -42,28 +42,29 @@ cudaError_t launch_omega(Path path, int variant, const OmegaArgs& args, cudaStre
   return cudaErrorInvalidValue;
 }
 
-// dW = Kahan sum of the buckets (bucket 0 is dW itself), for each of `groups` stacked problems.
+// dW = Kahan sum of the buckets (bucket 0 is dW itself), for each of `groups` stacked problems, whose
+// workspaces lie `group_stride` words apart (the buckets, then the semaphores).
 __global__ void bucket_reduction_kernel(float* filter_grad, const float* workspace, long long groups,
-                                        long long bucket_elems, int buckets) {
+                                        long long group_stride, long long bucket_elems, int buckets) {
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < groups * bucket_elems;
        e += (long long)gridDim.x * blockDim.x) {
     const long long g = e / bucket_elems, local = e % bucket_elems;
-    filter_grad[e] =
-        kahan_bucket_sum(filter_grad + g * bucket_elems, workspace + g * (buckets - 1) * bucket_elems,
-                         bucket_elems, buckets, local);
+    filter_grad[e] = kahan_bucket_sum(filter_grad + g * bucket_elems, workspace + g * group_stride,
+                                      bucket_elems, buckets, local);
   }
 }
 
 cudaError_t launch_bucket_reduction(float* filter_grad, const float* workspace, long long groups,
-                                    long long bucket_elems, int buckets, cudaStream_t stream) {
+                                    long long group_stride, long long bucket_elems, int buckets,
+                                    cudaStream_t stream) {
   constexpr int kBlock = 256;
   const long long blocks = (groups * bucket_elems + kBlock - 1) / kBlock;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(std::min<long long>(blocks, 65536)));
   config.blockDim = dim3(kBlock);
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, bucket_reduction_kernel, filter_grad, workspace, groups, bucket_elems,
-                            buckets);
+  return cudaLaunchKernelEx(&config, bucket_reduction_kernel, filter_grad, workspace, groups, group_stride,
+                            bucket_elems, buckets);
 }
 
 }  // namespace
@@ -108,8 +109,8 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
   }
   if (plan.buckets > 1) {
     *stage = "bucket reduction launch";
-    return launch_bucket_reduction(filter_grad, workspace, op.groups, p.filter_elems(), int(plan.buckets),
-                                   stream);
+    return launch_bucket_reduction(filter_grad, workspace, op.groups, plan.workspace_elems, p.filter_elems(),
+                                   int(plan.buckets), stream);
   }
   return cudaSuccess;
 }
