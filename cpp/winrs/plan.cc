@@ -11,6 +11,13 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Links a chain of segments may have where the workspace bound leaves too few buckets to fill the GPU (less
+// than one wave of blocks), and the waves the chains then aim for. Measured on H100 (tools/tune.py buckets,
+// 2026-11-23): a link costs 2-12 us of waiting, so chains of up to 8 links paid off on layers that one bucket
+// per segment left with a partial wave (bf16 3x3 128:14:256, 2 segments: 0.53 ms; 28 segments sharing 4
+// buckets: 0.27 ms), while longer chains lost (one bucket for 224 segments: 3.6x slower).
+constexpr int64_t kMaxChain = 8;
+constexpr double kChainWaves = 2;
 // Waves of resident blocks Algorithm 1 aims for (line 4).
 // Measured on H100 (tools/tune.py segments, 2026-11-22): 3x3 and 9x9 layers with 64-256 channels ran 6-8%
 // faster with twice the segments of 4 waves; kWorkspaceShare below keeps the cost of that bounded.
@@ -61,6 +68,24 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
   g.seg_w = int(seg_w);
   g.width0 = int(pair.width0);
   return g;
+}
+
+// Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
+int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
+  const Variant& v = kVariants[variant];
+  const KernelShape& shape = v.shape(path);
+  return ceil_div(p.out_c, shape.block_oc) * ceil_div(p.in_c, shape.block_ic) * p.filter_h *
+         (p.filter_w / v.n);
+}
+
+// 1, or more where `bound` segments of one bucket each would not fill the GPU once.
+int64_t chain_limit(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t bound) {
+  const double blocks = double(blocks_per_segment(p, pair.variant0, options.path));
+  const double resident =
+      double(options.sm_count) * kVariants[pair.variant0].shape(options.path).blocks_per_sm;
+  if (double(bound) * blocks >= resident) return 1;
+  return std::clamp<int64_t>(int64_t(std::ceil(kChainWaves * resident / (blocks * double(bound)))), 1,
+                             kMaxChain);
 }
 
 }  // namespace
@@ -218,11 +243,19 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   }
   plan.baseline_segments =
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
-  plan.grid = segment_shape(p, pair, int64_t(plan.baseline_segments));
-  // Buckets: one per segment of kernel 0 where the workspace bound allows (or the caller forced the segment
-  // count); otherwise the segments share them in chains (segments.h), so the bound never costs parallelism.
+  // The workspace bound caps Z at the buckets it allows (the paper's Algorithm 1, line 7), one bucket per
+  // segment, unless that leaves the GPU idle: then the segments share the buckets in chains (segments.h).
+  const int64_t bound = max_buckets(p, options.path);
+  int64_t z_max = bound * chain_limit(p, pair, options, bound);
+  int64_t z = int64_t(plan.baseline_segments);
+  if (options.segments <= 0) z = std::min(z, z_max);
+  plan.grid = segment_shape(p, pair, z);
+  // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
+  // unless the caller forced the segment count.
+  while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_max)
+    plan.grid = segment_shape(p, pair, --z);
   const int64_t primary = plan.grid.kernel_segments(0);
-  int64_t buckets = options.segments > 0 ? primary : std::min(primary, max_buckets(p, options.path));
+  int64_t buckets = options.segments > 0 ? primary : std::min(primary, bound);
   if (options.buckets > 0) buckets = std::min<int64_t>(primary, options.buckets);
   plan.grid.bucket_count = int(buckets);
   plan.variant0 = pair.variant0;
@@ -230,13 +263,10 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   plan.segments = plan.grid.count();
   plan.buckets = buckets;
   plan.chain = plan.grid.chain(0);
-  for (int kernel = 0; kernel < 2; ++kernel) {
-    if (plan.grid.chain(kernel) < 2) continue;
-    const Variant& v = kVariants[kernel == 0 ? pair.variant0 : pair.variant1];
-    const KernelShape& shape = v.shape(options.path);  // the GPU's work tiles
-    plan.semaphores[kernel] = buckets * ceil_div(p.out_c, shape.block_oc) * ceil_div(p.in_c, shape.block_ic) *
-                              p.filter_h * (p.filter_w / v.n);
-  }
+  for (int kernel = 0; kernel < 2; ++kernel)
+    if (plan.grid.chain(kernel) > 1)
+      plan.semaphores[kernel] =
+          buckets * blocks_per_segment(p, kernel == 0 ? pair.variant0 : pair.variant1, options.path);
   plan.workspace_elems = (buckets - 1) * p.filter_elems() + plan.semaphores[0] + plan.semaphores[1];
   const double share0 = double(pair.width0) / double(p.out_w);
   plan.predicted_seconds = p.direct_flops() * 1e-12 *
