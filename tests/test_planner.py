@@ -114,6 +114,15 @@ def test_starved_layers_chain_their_segments():
     assert full.chain == 1 and full.segments == full.buckets
 
 
+def test_long_1d_layer_gets_its_segments():
+    """Algorithm 2 looks for a segment column width dividing W_max; 16000 columns have none near 16000 / Z^, and
+    the paper's search then leaves one segment (12 blocks on 132 SMs: 22 ms on an H100 against XLA's 4). The
+    columns take ceil(W_max / Z^) units instead, the last one fewer."""
+    plan = plan_canonical(32, (1, 16000), 256, 256, (1, 3), (0, 0, 1, 1), "bf16", "bf16")
+    assert plan.segment_rows == 1 and plan.segments >= min(plan.baseline_segments, plan.buckets) - 1
+    assert plan.segments > 32
+
+
 def test_figure_5_pair():
     """F_W = 3, O_W = 16: Omega_8(3, 6) for the multiples of 6, Omega_4(3, 2) for the rest."""
     plan = _plan(4, 16, 16, 64, 64, 3, 3)

@@ -51,6 +51,10 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
     seg_w = r0 * (w_max / z_hat);
   } else {
     const int64_t lo = std::max<int64_t>(1, w_max / z_hat), hi = h_max * w_max / z_hat;
+    // The paper's search for a column width that divides W_max; without one (a 1D layer of 16000 columns and
+    // Z^ = 176, say) it would leave one segment. Then the columns take ceil(W_max / Z^) units each, the last
+    // one fewer (segments.h).
+    seg_w = ceil_div(w_max, z_hat) * r0;
     for (int64_t x = lo; x <= hi; ++x) {
       if (w_max % x == 0) {
         seg_h = p.out_h * w_max / (z_hat * x);
