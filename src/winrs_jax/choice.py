@@ -47,7 +47,7 @@ from winrs_jax.planner import Plan, PlannerOptions
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
 _MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("winrs_jax_mode", default=None)
-_FORMAT = 1  # version of the cache files' content
+_FORMAT = 2  # version of the cache files' content (2: the path WinRS measured fastest on)
 
 
 def _check_mode(mode: str) -> str:
@@ -79,10 +79,12 @@ class Decision:
     winrs_ms: float
     xla_ms: float
     source: str  # "measured" (this process) or "cache" (an earlier measurement, memory or disk)
+    path: str = ""  # the arithmetic path of WinRS's fastest candidate ("": the plan's own)
 
     def describe(self) -> str:
         chosen = "WinRS" if self.winrs else "XLA"
-        return f"{chosen} ({self.source}: WinRS {self.winrs_ms:.3f} ms, XLA {self.xla_ms:.3f} ms)"
+        on = f" on {self.path}" if self.path else ""
+        return f"{chosen} ({self.source}: WinRS{on} {self.winrs_ms:.3f} ms, XLA {self.xla_ms:.3f} ms)"
 
 
 def cache_dir() -> Path:
@@ -126,7 +128,8 @@ class DecisionCache:
             data = json.loads(text)
             if data.get("format") != _FORMAT or data.get("key") != key:
                 raise ValueError("written for another key or format")
-            decision = Decision(bool(data["winrs"]), float(data["winrs_ms"]), float(data["xla_ms"]), "cache")
+            decision = Decision(bool(data["winrs"]), float(data["winrs_ms"]), float(data["xla_ms"]), "cache",
+                                str(data["path"]))  # fmt: skip
         except (ValueError, KeyError, TypeError) as e:
             self._warn_once(
                 str(path), f"winrs_jax: ignoring the unreadable cache file {path} ({e}); measuring again"
@@ -141,7 +144,12 @@ class DecisionCache:
             self._memory[key] = dataclasses.replace(decision, source="cache")
         path = self._file(key)
         data = dict(
-            format=_FORMAT, key=key, winrs=decision.winrs, winrs_ms=decision.winrs_ms, xla_ms=decision.xla_ms
+            format=_FORMAT,
+            key=key,
+            winrs=decision.winrs,
+            winrs_ms=decision.winrs_ms,
+            xla_ms=decision.xla_ms,
+            path=decision.path,
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,25 +187,35 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 def _time_pair(
     xla: Callable[[], jax.Array], winrs: Callable[[], jax.Array], budget_s: float = 0.4
 ) -> tuple[float, float]:
-    """Median milliseconds per call of XLA's and WinRS's (both compiled), their samples taken alternately so that
-    the GPU's clock ramp and other drift weigh on both alike (timing one, then the other, once chose a WinRS that
-    ran at 0.62x). A WinRS warm call over three times XLA's is the answer: more samples of a clear loser only
-    delay the trace."""
+    """Median milliseconds per call of XLA's and WinRS's (both compiled): _time_all of the two."""
+    xla_ms, winrs_ms = _time_all([xla, winrs], budget_s)
+    return xla_ms, winrs_ms
+
+
+def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list[float]:
+    """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
+    turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
+    WinRS that ran at 0.62x). A WinRS warm call over three times XLA's is its answer: more samples of a clear loser
+    only delay the trace."""
     firsts: list[float] = []
-    for fn in (xla, winrs):
+    for fn in fns:
         fn().block_until_ready()  # the first call may load the module
         start = time.perf_counter()
         fn().block_until_ready()
         firsts.append(max(time.perf_counter() - start, 1e-6))
-    if firsts[1] > 3 * firsts[0]:
-        return firsts[0] * 1e3, firsts[1] * 1e3
-    calls = [max(1, min(50, int(2e-3 / first))) for first in firsts]
-    samples: tuple[list[float], list[float]] = ([], [])
+    result = [first * 1e3 for first in firsts]
+    sampled = [i for i, first in enumerate(firsts) if i == 0 or first <= 3 * firsts[0]]
+    if len(sampled) == 1:
+        return result
+    calls = {i: max(1, min(50, int(2e-3 / firsts[i]))) for i in sampled}
+    samples: dict[int, list[float]] = {i: [] for i in sampled}
     deadline = time.perf_counter() + budget_s
     while len(samples[0]) < 3 or (len(samples[0]) < 15 and time.perf_counter() < deadline):
-        for fn, n, out in zip((xla, winrs), calls, samples, strict=True):
-            out.append(sample_ms(fn, n))
-    return statistics.median(samples[0]), statistics.median(samples[1])
+        for i in sampled:
+            samples[i].append(sample_ms(fns[i], calls[i]))
+    for i in sampled:
+        result[i] = statistics.median(samples[i])
+    return result
 
 
 def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
@@ -240,29 +258,41 @@ def _filler(shape: tuple[int, ...], dtype: Any, seed: int) -> jax.Array:
     return (hashed.astype(jnp.float32) * 2.0**-24).reshape(shape).astype(dtype)
 
 
-def _measure(plan: Plan, dtype: Any, precision: Any) -> Decision:
+def _measure(plan: Plan, dtype: Any, precision: Any, alternatives: tuple[Plan, ...] = ()) -> Decision:
+    """Times XLA's filter gradient against WinRS's plan and its alternatives (planner.path_alternatives)."""
     x_shape, dy_shape, _ = plan.canonical_shapes()
     x, dy = _filler(x_shape, dtype, 0), _filler(dy_shape, dtype, 12345)
 
-    options = PlannerOptions(sm_count=plan.sm_count, segments=plan.forced_segments or None,
-                             buckets=plan.forced_buckets or None,
-                             kernels=None if plan.forced_kernels[0] < 0 else plan.forced_kernels)  # fmt: skip
+    def winrs_fn(candidate: Plan, path: str | None) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        forced = candidate.forced_kernels
+        options = PlannerOptions(sm_count=candidate.sm_count, segments=candidate.forced_segments or None,
+                                 buckets=candidate.forced_buckets or None, path=path,
+                                 kernels=None if forced[0] < 0 else forced)  # fmt: skip
 
-    def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:  # as conv runs it: K x ... x C to HWIO, input dtype
-        return jnp.moveaxis(_partition.run_plan(x, dy, plan, options), 0, -1).astype(x.dtype)
+        def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
+            # as conv runs it: K x ... x C to HWIO, input dtype
+            return jnp.moveaxis(_partition.run_plan(x, dy, candidate, options), 0, -1).astype(x.dtype)
+
+        return winrs
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
         return xla_filter_grad(x, dy, plan, precision)
 
+    candidates = (plan, *alternatives)
     xla_compiled = jax.jit(xla).lower(x, dy).compile()
     try:
-        winrs_compiled = jax.jit(winrs).lower(x, dy).compile()
-        xla_ms, winrs_ms = _time_pair(lambda: xla_compiled(x, dy), lambda: winrs_compiled(x, dy))
+        fns = [winrs_fn(plan, None), *[winrs_fn(other, other.path) for other in alternatives]]
+        compiled = [jax.jit(fn).lower(x, dy).compile() for fn in fns]
+        xla_ms, *winrs_ms = _time_all(
+            [lambda: xla_compiled(x, dy), *[functools.partial(c, x, dy) for c in compiled]]
+        )
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
-        xla_ms, winrs_ms = _time_ms(lambda: xla_compiled(x, dy)), float("inf")
-    return Decision(winrs_ms < WINRS_MARGIN * xla_ms, winrs_ms, xla_ms, "measured")
+        xla_ms, winrs_ms = _time_ms(lambda: xla_compiled(x, dy)), [float("inf")]
+    best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
+    path = candidates[best].path if alternatives else ""
+    return Decision(winrs_ms[best] < WINRS_MARGIN * xla_ms, winrs_ms[best], xla_ms, "measured", path)
 
 
 def _outside_trace(fn: Callable[[], Decision]) -> Decision:
@@ -302,12 +332,13 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
     )  # fmt: skip
 
 
-def decide(plan: Plan, dtype: Any, precision: Any) -> Decision:
-    """The measured decision for a supported plan: from the cache, or measured now and remembered."""
+def decide(plan: Plan, dtype: Any, precision: Any, alternatives: tuple[Plan, ...] = ()) -> Decision:
+    """The measured decision for a supported plan (and its alternatives on other paths): from the cache, or
+    measured now and remembered."""
     key = layer_key(plan, dtype, precision)
     decision = DECISIONS.get(key)
     if decision is None:
-        decision = _outside_trace(lambda: _measure(plan, dtype, precision))
+        decision = _outside_trace(lambda: _measure(plan, dtype, precision, alternatives))
         DECISIONS.put(key, decision)
         if not decision.winrs:
             _LOG.info(
@@ -333,13 +364,18 @@ def _layer_text(plan: Plan) -> str:
 
 
 def use_winrs(
-    plan: Plan, dtype: Any, precision: Any, forced_mode: str | None = None
+    plan: Plan,
+    dtype: Any,
+    precision: Any,
+    forced_mode: str | None = None,
+    alternatives: tuple[Plan, ...] = (),
 ) -> tuple[bool, Decision | None]:
-    """Whether WinRS computes this layer's filter gradient, and the measured decision behind it in auto mode."""
+    """Whether WinRS computes this layer's filter gradient, and the measured decision behind it in auto mode (whose
+    path, where set, is the one of `plan` and `alternatives` that measured fastest)."""
     chosen = current_mode(forced_mode)
     if not plan.supported or chosen == "xla":
         return False, None
     if chosen in ("winrs", "model"):
         return True, None
-    decision = decide(plan, dtype, precision)
+    decision = decide(plan, dtype, precision, alternatives)
     return decision.winrs, decision

@@ -423,7 +423,8 @@ def _float32_paths(precision: Any) -> tuple[tuple[str, ...], str]:
 
 def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[tuple[str, ...], str, str]:
     """(candidate paths, reference path, "") for an input dtype and precision, or ((), "", reason) when WinRS
-    has no kernels for the dtype. A path forced by options is its own reference."""
+    has no kernels for the dtype. A path forced by options is its own reference, unless it is one of the paths
+    the precision asks for anyway (fp32 or tf32x3 at HIGHEST): then the accuracy promise stays the precision's."""
     dtype = np.dtype(dtype)
     allowed = _DTYPE_PATHS.get(dtype)
     if allowed is None:
@@ -435,7 +436,8 @@ def resolve_paths(dtype: Any, precision: Any, options: PlannerOptions) -> tuple[
             raise ValueError(
                 f"PlannerOptions.path {options.path!r} cannot run {dtype.name} inputs; use {allowed}"
             )
-        return (options.path,), options.path, ""
+        natural, reference = _float32_paths(precision) if dtype == np.float32 else (allowed, allowed[0])
+        return (options.path,), reference if options.path in natural else options.path, ""
     if dtype == np.float32:
         paths, reference = _float32_paths(precision)
         return paths, reference, ""
@@ -457,6 +459,41 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype, direct: bool) -> str:
     if len(spec.window_strides) not in (1, 2, 3):
         return f"{len(spec.window_strides)}D convolution: WinRS handles 1D, 2D and 3D"
     return ""
+
+
+# Paths of equal accuracy whose predicted times lie within this factor are all measured in mode "auto"
+# (choice.py): the cost model called fp32 and split TF32 ties within 2% on the paper suite's HIGHEST layers
+# where the H100 measured split TF32 9-37% faster on every one of them (docs/benchmarks.md, 2026-11-23).
+PATH_CANDIDATE_BAND = 1.25
+
+
+def with_path(options: PlannerOptions | None, path: str) -> PlannerOptions:
+    """`options` with the arithmetic path forced (the measured choice among path_alternatives)."""
+    return dataclasses.replace(options or PlannerOptions(), path=path)
+
+
+def path_alternatives(
+    lhs_shape: tuple[int, ...],
+    rhs_shape: tuple[int, ...],
+    dtype: np.dtype,
+    spec: ConvSpec,
+    options: PlannerOptions | None,
+    plan: Plan,
+) -> tuple[Plan, ...]:
+    """Plans of the layer on the other paths its dtype and precision allow (same accuracy promise), predicted
+    within PATH_CANDIDATE_BAND of `plan`; none where options force the path."""
+    options = options or PlannerOptions()
+    if not plan.supported or options.path is not None or plan.method != "winrs" or plan.phases:
+        return ()  # a strided or dilated layer's pieces pick their paths one by one
+    paths, _, _ = resolve_paths(dtype, spec.precision, options)
+    out = []
+    for path in paths:
+        if path == plan.path:
+            continue
+        other = make_plan(lhs_shape, rhs_shape, dtype, spec, with_path(options, path))
+        if other.supported and other.predicted_seconds <= PATH_CANDIDATE_BAND * plan.predicted_seconds:
+            out.append(other)
+    return tuple(out)
 
 
 def make_plan(
