@@ -275,6 +275,9 @@ class Result:
     plan: str
     choice_s: float = 0.0  # seconds the first auto plan of the layer took (measuring both), beyond the plan
     cached_choice_ms: float = 0.0  # milliseconds the same auto plan took again (from the cache)
+    # Where auto runs WinRS on another path than the forced column's (a measured alternative): its path and time.
+    auto_path: str = ""
+    auto_ms: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -283,7 +286,9 @@ class Result:
     @property
     def speedup_auto(self) -> float:
         """XLA's time over what mode "auto" runs (by this benchmark's timing of its choice)."""
-        return self.xla_ms / (self.winrs_ms if self.auto == "winrs" else self.xla_ms)
+        if self.auto != "winrs":
+            return 1.0
+        return self.xla_ms / (self.auto_ms if self.auto_ms is not None else self.winrs_ms)
 
     @property
     def speedup_torch(self) -> float | None:
@@ -303,7 +308,7 @@ class Result:
             winrs_workspace_bytes=self.winrs_workspace_bytes, winrs_mare=self.winrs_mare, xla_mare=self.xla_mare,
             winrs_signed_error=self.winrs_signed_error, xla_signed_error=self.xla_signed_error,
             max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
-            cached_choice_ms=self.cached_choice_ms,
+            cached_choice_ms=self.cached_choice_ms, auto_path=self.auto_path, auto_ms=self.auto_ms,
         )  # fmt: skip
 
 
@@ -482,6 +487,15 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     start = time.perf_counter()
     winrs_jax.plan(x, w, **kwargs, options=auto_options)  # the cached decision
     cached_choice_ms = (time.perf_counter() - start) * 1e3
+    auto_winrs = auto.supported and auto.choice.startswith("WinRS")
+    auto_ms = None
+    if auto_winrs and auto.path != plan.path:  # auto measured another path faster: time what it runs
+        forced = winrs_jax.PlannerOptions(mode="winrs", path=auto.path)
+        other = jax.jit(
+            lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=forced)
+        )
+        other_compiled = other.lower(x, dy).compile()
+        auto_ms = time_ms(lambda: other_compiled(x, dy), repeats, calls)
     return Result(
         shape=shape,
         dtype=dtype_name,
@@ -496,8 +510,10 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         xla_signed_error=xla_signed,
         max_rel_diff=float(np.abs(actual - expected).max() / np.abs(expected).max()),
         path=plan.path if plan.supported else "xla",
-        auto="winrs" if auto.supported and auto.choice.startswith("WinRS") else "xla",
+        auto="winrs" if auto_winrs else "xla",
         plan=str(plan),
         choice_s=choice_s,
         cached_choice_ms=cached_choice_ms,
+        auto_path=auto.path if auto_ms is not None else "",
+        auto_ms=auto_ms,
     )
