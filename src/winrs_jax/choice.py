@@ -1,8 +1,9 @@
 """Which implementation computes a layer's filter gradient: WinRS or XLA's own, chosen by measurement.
 
 The cost model cannot know XLA's (cuDNN's) time, so in the default mode "auto" the first trace of a layer times
-both on random data of the layer's shapes and dtype, on the default device, outside the trace being built, and
-remembers the faster one: in memory, and on disk so later processes skip the measurement (the habit of
+both on random data of the layer's shapes and dtype, on the default device, outside the trace being built (WinRS
+also on the other arithmetic paths of equal accuracy that the cost model finds close: planner.path_alternatives),
+and remembers the fastest: in memory, and on disk so later processes skip the measurement (the habit of
 cudnn.benchmark and of XLA's autotuner). Modes:
 
 - "auto": measured choice (the default);
