@@ -71,6 +71,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
   g.seg_rows = int(p.out_h / seg_h);
   g.seg_w = int(seg_w);
   g.width0 = int(pair.width0);
+  g.bucket_count = 1;  // make_plan sets the buckets
   return g;
 }
 

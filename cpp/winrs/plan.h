@@ -21,7 +21,7 @@ struct PlanOptions {
   Path reference = Path::kFp32;
   int sm_count = 132;  // streaming multiprocessors of the target GPU (H100 SXM by default)
   int segments = 0;    // > 0 forces the baseline segment count Z^ (Algorithm 2 still shapes it)
-  int buckets = 0;     // > 0 caps the bucket count B (segments.h; the workspace) below max_buckets
+  int buckets = 0;     // > 0 caps the bucket count B (segments.h; the workspace) in place of max_buckets
   int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
   int variant1 = -1;
 };

@@ -91,7 +91,8 @@ class PlannerOptions:
         a direct grouped plan.
     buckets: cap the float32 partial filter gradients that the segments add into (the workspace holds all but
         the first). Segments beyond the cap add into the buckets one after another in a fixed order (serial
-        split-K), so fewer buckets trade workspace for a little waiting, never accuracy of the sum's order.
+        split-K): the result stays deterministic, but each segment waits for the one before it, which costs up
+        to several times the layer's time when many segments share few buckets (docs/benchmarks.md).
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
