@@ -166,7 +166,7 @@ NB_MODULE(_winrs, m) {
         d["variant1"] = plan.variant1;
         d["segments"] = plan.segments;
         d["buckets"] = plan.buckets;
-        d["chain"] = plan.chain;
+        d["chain"] = plan.supported ? plan.grid.chain(0) : 0;  // an unsupported plan has no grid
         d["seg_rows"] = plan.grid.seg_rows;
         d["seg_h"] = plan.grid.seg_h;
         d["seg_w"] = plan.grid.seg_w;

@@ -186,13 +186,11 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const 
 
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options) {
   const KernelShape& v = kVariants[pair.variant0].shape(options.path);
-  const int n = kVariants[pair.variant0].n;
   const double sm = std::max(1, options.sm_count);
   // Line 1: block counts of forward (b0), backward-data (b1) and backward-filter (b2) convolutions.
   const double b0 = double(ceil_div(p.batch * p.out_h * p.out_w, 128) * ceil_div(p.out_c, 64));
   const double b1 = double(ceil_div(p.batch * p.in_h * p.in_w, 128) * ceil_div(p.in_c, 64));
-  const double b2 =
-      double(ceil_div(p.out_c, v.block_oc) * ceil_div(p.in_c, v.block_ic) * p.filter_h * (p.filter_w / n));
+  const double b2 = double(blocks_per_segment(p, pair.variant0, options.path));
   double z = (b0 + b1) / (1.45 * b2);
   // Line 2: one segment suffices with two waves of blocks. (The paper also caps Z by the workspace; here the
   // bound caps the buckets instead, and segments beyond it share buckets in chains.)
@@ -267,7 +265,6 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   plan.variant1 = pair.variant1;
   plan.segments = plan.grid.count();
   plan.buckets = buckets;
-  plan.chain = plan.grid.chain(0);
   for (int kernel = 0; kernel < 2; ++kernel)
     if (plan.grid.chain(kernel) > 1)
       plan.semaphores[kernel] =

@@ -32,8 +32,7 @@ struct Plan {
   int variant0 = -1, variant1 = -1;
   SegmentGrid grid{};
   int64_t segments = 0;  // Z
-  int64_t buckets = 0;   // B float32 partial sums of dW, the first dW itself (segments.h)
-  int64_t chain = 1;     // segments of kernel 0 per bucket, added in a fixed order (serial split-K)
+  int64_t buckets = 0;   // B float32 partial sums of dW, the first dW itself; grid.chain() links per bucket
   // The workspace, in 4-byte words: buckets 1..B-1, then a semaphore per bucket and work tile of each kernel
   // whose chains have more than one link (zero otherwise), which orders the links on the GPU.
   int64_t semaphores[2] = {0, 0};
