@@ -234,18 +234,18 @@ def test_a_clear_loser_is_timed_once():
     def fast():
         return jnp.zeros(())
 
-    xla_ms, winrs_ms = choice._time_pair(fast, slow)
+    xla_ms, winrs_ms = choice._time_all([fast, slow])
     assert winrs_ms >= 20.0 and len(calls) == 2  # the first (loading) call and one timed call
     calls.clear()
-    choice._time_pair(slow, slow, budget_s=0.0)
+    choice._time_all([slow, slow], budget_s=0.0)
     assert len(calls) >= 2 + 3  # without a clear loser: two warm calls, then at least three samples
 
 
 def test_samples_alternate_between_the_two():
     """Drift (the GPU's clock ramping up) must weigh on both: samples of XLA and WinRS alternate."""
     order = []
-    choice._time_pair(lambda: order.append("xla") or jnp.zeros(()), lambda: order.append("winrs") or jnp.zeros(()),
-                      budget_s=0.0)  # fmt: skip
+    choice._time_all([lambda: order.append("xla") or jnp.zeros(()), lambda: order.append("winrs") or jnp.zeros(())],
+                     budget_s=0.0)  # fmt: skip
     sampled = order[4:]  # after two warm calls each
     runs = [name for i, name in enumerate(sampled) if i == 0 or name != sampled[i - 1]]
     assert len(runs) >= 6  # xla, winrs, xla, winrs, ...

@@ -26,7 +26,7 @@ from jax.interpreters import ad, batching, mlir
 
 from winrs_jax import _ffi, _partition, choice
 from winrs_jax.geometry import ConvSpec
-from winrs_jax.planner import Plan, PlannerOptions, make_plan, path_alternatives, with_path
+from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
 _ShapeKey = tuple[tuple[int, ...], np.dtype]
 
@@ -281,16 +281,10 @@ def _filter_grad_impl(
     local_shape = _device_shape(x, spec, stack)
     local = make_plan(local_shape, rhs_shape, one_x.dtype, spec, options)
     measured, measured_shape = (local, local_shape) if local.supported else (plan, one_x.shape)
-    alternatives = (
-        ()
-        if mode != "auto"
-        else path_alternatives(measured_shape, rhs_shape, one_x.dtype, spec, options, measured)
-    )
-    winrs, decision = choice.use_winrs(measured, one_x.dtype, spec.precision, mode, alternatives)
+    winrs, _, chosen = choice.choose(measured, measured_shape, rhs_shape, one_x.dtype, spec, options, mode)
     if winrs:
-        if decision and decision.path and decision.path != plan.path:  # an alternative measured faster
-            options = with_path(options, decision.path)
-            plan = make_plan(one_x.shape, rhs_shape, one_x.dtype, spec, options)
+        if chosen is not options:  # an alternative path measured faster
+            options, plan = chosen, make_plan(one_x.shape, rhs_shape, one_x.dtype, spec, chosen)
         return _winrs_filter_grad(x, dy, plan, spec, options, stack).astype(rhs_dtype)
 
     def single(x: jax.Array, dy: jax.Array) -> jax.Array:

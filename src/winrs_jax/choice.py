@@ -43,7 +43,7 @@ import numpy as np
 from jax import lax
 
 from winrs_jax import _partition
-from winrs_jax.planner import Plan, PlannerOptions
+from winrs_jax.planner import Plan, PlannerOptions, path_alternatives, with_path
 
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
@@ -183,14 +183,6 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
         samples.append(sample_ms(fn, calls))
     return statistics.median(samples)
-
-
-def _time_pair(
-    xla: Callable[[], jax.Array], winrs: Callable[[], jax.Array], budget_s: float = 0.4
-) -> tuple[float, float]:
-    """Median milliseconds per call of XLA's and WinRS's (both compiled): _time_all of the two."""
-    xla_ms, winrs_ms = _time_all([xla, winrs], budget_s)
-    return xla_ms, winrs_ms
 
 
 def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list[float]:
@@ -362,6 +354,26 @@ def _layer_text(plan: Plan) -> str:
         + (f", {plan.groups} groups" if plan.groups > 1 else "")
         + (f", {plan.batch_groups} batch groups" if plan.batch_groups > 1 else "")
     )
+
+
+def choose(
+    plan: Plan,
+    lhs_shape: tuple[int, ...],
+    rhs_shape: tuple[int, ...],
+    dtype: Any,
+    spec: Any,
+    options: PlannerOptions | None,
+    mode: str,
+) -> tuple[bool, Decision | None, PlannerOptions | None]:
+    """use_winrs for `plan` (of a layer with these shapes and ConvSpec), with auto mode's path alternatives; and
+    the options to plan with: `options`, or where an alternative path measured faster, `options` pinned to it."""
+    alternatives = (
+        path_alternatives(lhs_shape, rhs_shape, dtype, spec, options, plan) if mode == "auto" else ()
+    )
+    winrs, decision = use_winrs(plan, dtype, spec.precision, mode, alternatives)
+    if winrs and decision and decision.path and decision.path != plan.path:
+        options = with_path(options, decision.path)
+    return winrs, decision, options
 
 
 def use_winrs(

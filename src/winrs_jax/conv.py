@@ -13,7 +13,7 @@ from jax import lax
 
 from winrs_jax import _primitives, choice
 from winrs_jax.geometry import ConvSpec, Padding, make_spec
-from winrs_jax.planner import Plan, PlannerOptions, make_plan, path_alternatives, with_path
+from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
 
 def _xla_conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, out_sharding: Any = None) -> jax.Array:
@@ -123,13 +123,10 @@ def plan(
     if not plan.supported:
         return plan
     mode = choice.current_mode(options.mode if options else None)
-    alternatives = (
-        ()
-        if mode != "auto"
-        else path_alternatives(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options, plan)
+    winrs, decision, chosen = choice.choose(
+        plan, np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options, mode
     )
-    winrs, decision = choice.use_winrs(plan, lhs.dtype, spec.precision, mode, alternatives)
-    if winrs and decision and decision.path and decision.path != plan.path:  # an alternative measured faster
-        plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, with_path(options, decision.path))
+    if chosen is not options:  # an alternative path measured faster
+        plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, chosen)
     text = decision.describe() if decision else ("WinRS" if winrs else "XLA") + f" (mode {mode})"
     return dataclasses.replace(plan, mode=mode, choice=text)
