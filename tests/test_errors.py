@@ -75,7 +75,7 @@ def test_inputs_lax_accepts_run_on_lax(lhs_shape, rhs_shape, dtype, padding, rea
 def _attributes(**overrides):
     attrs = dict(
         pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1, buckets=0,
-        variant0=-1, variant1=-1,
+        variant0=-1, variant1=-1, atomic=0,
     )  # fmt: skip
     attrs.update(overrides)
     return attrs
@@ -112,6 +112,8 @@ def test_handler_accepts_consistent_planner_inputs():
         (dict(workspace_elems=3), "workspace size"),
         (dict(segments=4), "workspace size"),
         (dict(segments=4, buckets=1), "workspace size"),  # no buckets, but the chain's semaphores
+        (dict(atomic=2), "atomic must be 0 or 1"),
+        (dict(atomic=1, buckets=1), "forced buckets and atomic adds exclude each other"),
         (dict(dw_shape=(4, 3, 3, 5)), "different input channels"),
         (dict(dy_shape=(3, 8, 8, 4)), "different batch sizes"),
         (dict(dw_shape=(4, 3, 11, 4), dy_shape=(2, 8, 0, 4)), "positive"),

@@ -114,6 +114,35 @@ def test_chained_segments_add_in_order(buckets, path, rng):
     np.testing.assert_array_equal(stacked[1].transpose(3, 0, 1, 2), 2 * gpu)  # doubling X is exact throughout
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_atomic_adds_match_the_cpu(path, rng):
+    """The same 54 segments adding into dW by atomic adds (deterministic=False): as accurate as the CPU executor's
+    in-order sum; stacked problems (vmap) add into their own dW, each zeroed first."""
+    pads = (1, 1, 1, 1)
+    x, dy = _inputs(rng, path, (4, 64, 35, 40), (4, 64, 35, 24))
+    options = dict(segments=64, deterministic=False, path=path, kernels=(2, 0))
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 40, 24), x.dtype), (1, 1), ((1, 1), (1, 1)),
+                          dimension_numbers=DN, options=winrs_jax.PlannerOptions(**options))  # fmt: skip
+    assert plan.atomic and plan.workspace_bytes == 0 and len(plan.kernels) == 2, plan
+    ref = _reference(x, dy, (3, 3), pads)
+    gpu = _filter_grad(x, dy, (3, 3), pads, _gpu(), **options)
+    cpu = _filter_grad(x, dy, (3, 3), pads, jax.devices("cpu")[0], **options)
+    assert mare(gpu, ref) <= 1.5 * mare(cpu, ref) + 1e-7
+    # dW comes back in the input dtype: sums in another order may round to a neighbouring 16-bit value
+    tol = 1e-5 if x.dtype == np.float32 else float(jnp.finfo(x.dtype).eps)
+    np.testing.assert_allclose(gpu, cpu, rtol=tol, atol=tol * np.abs(cpu).max())
+    fn = jax.jit(jax.vmap(functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 40, 24), window_strides=(1, 1), padding=((1, 1), (1, 1)),
+        dimension_numbers=DN, options=winrs_jax.PlannerOptions(**options))))  # fmt: skip
+    for _ in range(2):  # the second call's buffers held the first call's sums
+        stacked = np.asarray(fn(jnp.stack([x, 2 * x]), jnp.stack([dy, dy])).astype(np.float32), np.float64)
+        np.testing.assert_allclose(
+            stacked[0].transpose(3, 0, 1, 2), cpu, rtol=tol, atol=tol * np.abs(cpu).max()
+        )
+        np.testing.assert_allclose(stacked[1].transpose(3, 0, 1, 2), 2 * cpu, rtol=tol,
+                                   atol=2 * tol * np.abs(cpu).max())  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
 def test_long_accumulation_stays_as_accurate_as_xla(dtype, rng):
     """An accumulation length N x O_H x O_W = 2^18, where the paper saw cuDNN's 16-bit algorithms degrade:
@@ -202,7 +231,7 @@ def test_handler_errors_on_gpu():
 
     x = jnp.ones((2, 8, 8, 4))
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1,
-                 buckets=0, variant0=1, variant1=-1)  # fmt: skip
+                 buckets=0, variant0=1, variant1=-1, atomic=0)  # fmt: skip
     with pytest.raises(Exception, match="winrs_backward_filter: .*forced kernels cannot tile"):
         np.asarray(_ffi.backward_filter_call(x, x, (), (4, 3, 3, 4), 0, attrs))
 

@@ -126,3 +126,16 @@ def test_chained_segments(buckets, rng):
     np.testing.assert_allclose(dw, own, rtol=1e-5, atol=1e-6 * np.abs(own).max())
     if buckets == 1:
         assert plan.workspace_elems < 6 * 5 * 3 * 3
+
+
+def test_atomic_adds(rng):
+    """deterministic=False: every segment adds into dW (atomic adds on the GPU; the CPU adds them in link order),
+    the residual column's too, with no workspace at all and no cap on Z from buckets."""
+    pads = (1, 1, 1, 1)
+    x, dy = _inputs(rng, 2, 24, 17, 6, 5, 3, 3, pads)
+    dw, plan = _run(x, dy, (3, 3), pads, segments=16, deterministic=False, kernels=(2, 0))
+    assert plan.atomic and plan.buckets == 1 and plan.workspace_elems == 0 and len(plan.kernels) == 2, plan
+    assert "atomic adds" in str(plan)
+    _check(dw, reference_filter_grad(x, dy, (3, 3), pads), plan)
+    own, _ = _run(x, dy, (3, 3), pads, segments=16, kernels=(2, 0))
+    np.testing.assert_allclose(dw, own, rtol=1e-5, atol=1e-6 * np.abs(own).max())

@@ -8,7 +8,7 @@ import pytest
 
 import winrs_jax
 from winrs_jax import _winrs
-from winrs_jax.planner import ACCURACY_BUDGET, plan_canonical
+from winrs_jax.planner import ACCURACY_BUDGET, PlannerOptions, plan_canonical
 
 VARIANTS = winrs_jax.variants()
 
@@ -97,7 +97,9 @@ def test_workspace_bound_counts_bytes(path, element_bytes):
     16-bit layer may take half the buckets of the same layer in float32. Counted in elements, the bf16 plan of
     this layer (the real suite's ResNet 3x3 128:56:64) took 168 buckets: 24% of its data bytes."""
     n, hw, c = 128, 56, 64
-    plan = plan_canonical(n, (hw, hw), c, c, (3, 3), (1, 1, 1, 1), path, path)
+    plan = plan_canonical(
+        n, (hw, hw), c, c, (3, 3), (1, 1, 1, 1), path, path, PlannerOptions(deterministic=True)
+    )
     data_bytes = element_bytes * (2 * n * hw * hw * c + 9 * c * c)
     assert plan.buckets > 2
     assert plan.workspace_bytes <= 0.15 * data_bytes
@@ -108,17 +110,49 @@ def test_starved_layers_chain_their_segments():
     kernel 0 for 132 SMs (0.53 ms on an H100). The segments share the 2 buckets in chains instead (14
     segments, 0.27-0.34 ms measured with 4 and 2 buckets). Where one bucket per segment fills the GPU, the plan
     keeps one each (ResNet 3x3 128:56:64: 56 segments, 168 blocks)."""
-    starved = plan_canonical(128, (14, 14), 256, 256, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
+    in_order = PlannerOptions(deterministic=True)
+    starved = plan_canonical(128, (14, 14), 256, 256, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
     assert starved.buckets == 2 and starved.segments > 8 and starved.chain == -(-starved.segments // 2)
-    full = plan_canonical(128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
+    full = plan_canonical(128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
     assert full.chain == 1 and full.segments == full.buckets
+
+
+@pytest.mark.parametrize("path, atomic", [("bf16", True), ("fp16", True), ("tf32", True), ("fp32", False),
+                                          ("tf32x3", False)])  # fmt: skip
+def test_reduced_precision_adds_atomically_by_default(path, atomic, monkeypatch):
+    """By default the segments add into dW atomically except on the float32-accurate (HIGHEST) paths, which
+    keep the fixed-order compensated bucket sum; XLA_FLAGS asking XLA for deterministic ops, or buckets, make
+    every path deterministic. Atomic plans need no workspace, so Z is not cut to a bucket bound."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    layer = (128, (28, 28), 128, 128, (3, 3), (1, 1, 1, 1), path, path)
+    plan = plan_canonical(*layer)
+    assert plan.atomic == atomic
+    in_order = plan_canonical(*layer, PlannerOptions(deterministic=True))
+    assert not in_order.atomic and in_order.workspace_elems > 0
+    if atomic:
+        assert plan.workspace_elems == 0 and plan.buckets == 1 and plan.segments >= in_order.segments
+    assert not plan_canonical(*layer, PlannerOptions(buckets=4)).atomic
+    for flag in ("--xla_gpu_deterministic_ops=true", "--xla_gpu_exclude_nondeterministic_ops"):
+        monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/x {flag}")
+        assert not plan_canonical(*layer).atomic
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
+    assert plan_canonical(*layer).atomic == atomic
+    assert plan_canonical(*layer, PlannerOptions(deterministic=False)).atomic
+
+
+@pytest.mark.parametrize("options, message", [(dict(deterministic=False, buckets=2), "give one of them"),
+                                              (dict(deterministic=1), "True, False or None")])  # fmt: skip
+def test_deterministic_option_is_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        PlannerOptions(**options)
 
 
 def test_long_1d_layer_gets_its_segments():
     """Algorithm 2 looks for a segment column width dividing W_max; 16000 columns have none near 16000 / Z^, and
     the paper's search then leaves one segment (12 blocks on 132 SMs: 22 ms on an H100 against XLA's 4). The
     columns take ceil(W_max / Z^) units instead, the last one fewer."""
-    plan = plan_canonical(32, (1, 16000), 256, 256, (1, 3), (0, 0, 1, 1), "bf16", "bf16")
+    plan = plan_canonical(32, (1, 16000), 256, 256, (1, 3), (0, 0, 1, 1), "bf16", "bf16",
+                          PlannerOptions(deterministic=True))  # fmt: skip
     assert plan.segment_rows == 1 and plan.segments >= min(plan.baseline_segments, plan.buckets) - 1
     assert plan.segments > 32
 

@@ -51,11 +51,11 @@ std::vector<char> random_tensor(int64_t elems, winrs::Storage storage, float sca
   return out;
 }
 
-bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, std::mt19937& gen) {
+bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool atomic, std::mt19937& gen) {
   const winrs::Variant& var = winrs::kVariants[v];
   const winrs::PathInfo& info = winrs::path_info(path);
-  // Height and width padding, two kernels (v and the direct one), several segments, one bucket each or
-  // all in one chain (buckets = 1).
+  // Height and width padding, two kernels (v and the direct one), several segments, one bucket each, all
+  // in one chain (buckets = 1) or adding atomically.
   const int64_t filter_w = var.n == 1 ? 3 : var.n, out_w = 2 * var.r + 1;
   const int64_t in_w = out_w + filter_w - 1 - 1;
   winrs::Shapes shapes{{2, 7, in_w, in_c}, {2, 7, out_w, out_c}, {out_c, 3, filter_w, in_c}, {1, 1, 1, 0}};
@@ -63,6 +63,7 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, std::mt
   options.path = options.reference = path;
   options.segments = 3;
   options.buckets = buckets;
+  options.atomic = atomic;
   options.variant0 = v;
   options.variant1 = 0;
   winrs::BackwardFilterOp op;
@@ -83,6 +84,8 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, std::mt
             (ws_elems == 0 || check(cudaMalloc(&dws, ws_elems * 4), "malloc"));
   ok = ok && check(cudaMemcpy(dx, x.data(), x.size(), cudaMemcpyHostToDevice), "copy") &&
        check(cudaMemcpy(ddy, dy.data(), dy.size(), cudaMemcpyHostToDevice), "copy");
+  // dW starts as NaNs: every element must be written (or zeroed before atomic adds).
+  ok = ok && check(cudaMemset(ddw, 0xff, dw_elems * 4), "memset");
   const char* stage = "";
   ok = ok && check(winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage), stage);
   ok = ok && check(cudaDeviceSynchronize(), "sync");
@@ -100,9 +103,10 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, std::mt
     scale = std::fmax(scale, std::fabs(double(cpu[i])));
   }
   const bool close = finite && worst <= tolerance(path, v) * scale;
-  std::printf("%-6s Omega_%d(%d, %d) %3d:%-3d Z=%lld B=%lld  max |gpu - cpu| / max |cpu| = %.2e %s\n",
+  std::printf("%-6s Omega_%d(%d, %d) %3d:%-3d Z=%lld B=%lld%s  max |gpu - cpu| / max |cpu| = %.2e %s\n",
               info.name, var.alpha_class(), var.n, var.r, in_c, out_c, (long long)op.plan.segments,
-              (long long)op.plan.buckets, worst / scale, ok && close ? "ok" : "FAILED");
+              (long long)op.plan.buckets, atomic ? " atomic" : "", worst / scale,
+              ok && close ? "ok" : "FAILED");
   cudaFree(dx);
   cudaFree(ddy);
   cudaFree(ddw);
@@ -120,10 +124,14 @@ int main(int argc, char** argv) {
     for (int a = 1; a < argc; ++a) wanted = wanted || std::string(argv[a]) == winrs::kPaths[path].name;
     if (!wanted) continue;
     // Odd channel counts (scalar loads), multiples of 4 with partial channel blocks (vector loads), and
-    // counts spanning several blocks of the tensor-core shapes; the last in one chain of segments.
-    for (const auto& [in_c, out_c, buckets] : {std::tuple{37, 21, 0}, std::tuple{36, 100, 0}, {130, 70, 1}})
+    // counts spanning several blocks of the tensor-core shapes; those in one chain of segments, or adding
+    // atomically.
+    for (const auto& [in_c, out_c, buckets, atomic] : {std::tuple{37, 21, 0, false},
+                                                       std::tuple{36, 100, 0, false},
+                                                       {130, 70, 1, false},
+                                                       {130, 70, 0, true}})
       for (int v = 0; v < winrs::kNumVariants; ++v, ++cases)
-        failures += !run_case(static_cast<winrs::Path>(path), v, in_c, out_c, buckets, gen);
+        failures += !run_case(static_cast<winrs::Path>(path), v, in_c, out_c, buckets, atomic, gen);
   }
   std::printf("%d failures in %d cases\n", failures, cases);
   return failures != 0;

@@ -2,7 +2,7 @@
 
 python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
-python tools/tune.py buckets    # time against the bucket count B (chains of segments) -> kWorkspaceShare
+python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
 """
 
 import json
@@ -81,8 +81,9 @@ def segments() -> None:
 
 
 def buckets() -> None:
-    """Each layer with the planner's buckets, with fewer (longer chains of segments), with one bucket per segment
-    at the same Z, and with Z cut to the planner's bucket count (one bucket each: the planner before chains)."""
+    """Each layer with the planner's deterministic plan (buckets), with fewer buckets (longer chains of segments),
+    with one bucket per segment at Algorithm 1's Z^, and with atomic adds at Z^ and at the deterministic plan's
+    Z."""
     for path in ("bf16", "tf32", "tf32x3"):
         for n, h, c, r in (
             (128, 56, 64, 3),
@@ -95,17 +96,19 @@ def buckets() -> None:
         ):
             pads = ((r // 2, r // 2), (r // 2, r // 2))
             dtype = PATH_DTYPES[path]
-            base, ms, _ = run(n, h, h, c, r, r, pads, dtype, path=path)
-            configs = {"buckets=1": dict(buckets=1), "buckets=4": dict(buckets=4),
-                       "own buckets": dict(segments=max(1, round(base.baseline_segments))),
-                       "Z=B": dict(segments=base.buckets)}  # fmt: skip
+            base, ms, _ = run(n, h, h, c, r, r, pads, dtype, path=path, deterministic=True)
+            configs = {"buckets=4": dict(buckets=4),
+                       "own buckets": dict(segments=max(1, round(base.baseline_segments)), deterministic=True),
+                       "atomic": dict(deterministic=False),
+                       "atomic, in-order Z": dict(deterministic=False, segments=base.segments)}  # fmt: skip
             for name, extra in {"planner": None, **configs}.items():
                 plan = base
                 if extra is not None:
                     plan, ms, _ = run(n, h, h, c, r, r, pads, dtype, path=path, **extra)
                 print(json.dumps(dict(layer=f"{r}x{r} {n}:{h}:{c}", path=path, config=name, ms=round(ms, 4),
                                       segments=plan.segments, buckets=plan.buckets, chain=plan.chain,
-                                      workspace_mb=round(plan.workspace_bytes / 2**20, 2))), flush=True)  # fmt: skip
+                                      atomic=plan.atomic, workspace_mb=round(plan.workspace_bytes / 2**20, 2))),
+                      flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

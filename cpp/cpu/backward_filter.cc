@@ -178,7 +178,7 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
 
   // Kernel 0's segments write or add into their buckets, then kernel 1's add into theirs (segments.h), in the
   // same order as the two GPU launches; the links of the chains run one after the other, as the GPU's
-  // semaphores order them.
+  // semaphores order them (atomic adds: one chain, in the same link order).
   for (int kernel = 0; kernel < 2; ++kernel) {
     const int variant = kernel == 0 ? plan.variant0 : plan.variant1;
     const TileScheduler scheduler =
@@ -188,7 +188,7 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
       const int64_t first = scheduler.link_begin(link);
       parallel_for(scheduler.link_begin(link + 1) - first, [&](int64_t index) {
         const WorkTile t = scheduler.tile(first + index);
-        const int bucket = t.local % plan.grid.buckets();
+        const int bucket = plan.grid.bucket_of(t.local);
         const TileContext c{&p, b.input, b.out_grad,
                             bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems,
                             kernel == 1 || link > 0};

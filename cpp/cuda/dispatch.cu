@@ -1,5 +1,5 @@
 // The operator on the GPU: path and alpha-class dispatch of the Omega kernels, stacked-problem launches, the
-// semaphores of chained segments and the deterministic bucket reduction.
+// semaphores of chained segments, the zeroed dW of atomic adds, and the deterministic bucket reduction.
 #include <algorithm>
 
 #include "cuda/omega.h"
@@ -82,6 +82,13 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
     const size_t pitch = sizeof(float) * size_t(plan.workspace_elems);
     if (cudaError_t e = cudaMemset2DAsync(workspace + bucket_words, pitch, 0, sizeof(float) * size_t(words),
                                           size_t(op.groups), stream);
+        e != cudaSuccess)
+      return e;
+  }
+  if (plan.grid.atomic) {
+    *stage = "filter gradient reset";  // the segments' atomic adds start from zero
+    if (cudaError_t e =
+            cudaMemsetAsync(filter_grad, 0, sizeof(float) * size_t(op.groups * p.filter_elems()), stream);
         e != cudaSuccess)
       return e;
   }

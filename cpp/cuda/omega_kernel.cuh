@@ -7,7 +7,7 @@
 // registers, converted to the operand type at the store into double-buffered shared memory, then the
 // alpha-batched GEMM into FP32 accumulators. The output transform runs after the loop, in R rounds through
 // shared memory, and writes or adds into the segment's bucket, after the previous link of its chain where
-// segments share buckets (serial split-K, winrs/segments.h).
+// segments share buckets (serial split-K, winrs/segments.h), or adds into dW atomically.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   const SegmentGrid& grid = args.grid;
   const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM);
   const WorkTile work = scheduler.tile(blockIdx.x);
-  const int bucket_index = work.local % grid.buckets(), link = work.local / grid.buckets();
+  const int bucket_index = grid.bucket_of(work.local), link = grid.link_of(work.local);
   float* bucket =
       bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
   unsigned* semaphore = args.semaphore_offset < 0
@@ -128,7 +128,12 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
       C::Tile::output(m, y);
       float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
 #pragma unroll
-      for (int j = 0; j < C::n; ++j) dst[j * in_c] = accumulate ? __ldcg(dst + j * in_c) + y[j] : y[j];
+      for (int j = 0; j < C::n; ++j) {
+        if (grid.atomic)
+          atomicAdd(dst + j * in_c, y[j]);  // a reduction in L2 (RED), into the dW that dispatch.cu zeroed
+        else
+          dst[j * in_c] = accumulate ? __ldcg(dst + j * in_c) + y[j] : y[j];
+      }
     }
   });
   if (semaphore) pass_link(semaphore, link + 1);

@@ -23,6 +23,7 @@ struct PlanAttrs {
   int64_t segments;            // > 0 forces Z^
   int64_t buckets;             // > 0 caps the bucket count
   int64_t variant0, variant1;  // >= 0 force the kernel pair
+  int64_t atomic;              // 1: segments add into dW atomically, in any order
 };
 
 inline xla::ffi::DataType storage_dtype(Path path) {
@@ -85,6 +86,7 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
     return "planner attribute out of range";
   for (int64_t v : {a.variant0, a.variant1})
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
+  if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
   PlanOptions options;
   options.path = static_cast<Path>(a.path);
   options.reference = static_cast<Path>(a.reference);
@@ -93,6 +95,7 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   options.buckets = int(a.buckets);
   options.variant0 = int(a.variant0);
   options.variant1 = int(a.variant1);
+  options.atomic = a.atomic == 1;
   StackedBuffers b;
   if (std::string error = decode_stacked(input, out_grad, filter_grad, options.path, &b); !error.empty())
     return error;
@@ -138,4 +141,5 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<int64_t>("pad_right"), ::xla::ffi::StructMember<int64_t>("path"),
     ::xla::ffi::StructMember<int64_t>("reference"), ::xla::ffi::StructMember<int64_t>("sm_count"),
     ::xla::ffi::StructMember<int64_t>("segments"), ::xla::ffi::StructMember<int64_t>("buckets"),
-    ::xla::ffi::StructMember<int64_t>("variant0"), ::xla::ffi::StructMember<int64_t>("variant1"));
+    ::xla::ffi::StructMember<int64_t>("variant0"), ::xla::ffi::StructMember<int64_t>("variant1"),
+    ::xla::ffi::StructMember<int64_t>("atomic"));

@@ -88,6 +88,7 @@ NB_MODULE(_winrs, m) {
       d["tensor_cores"] = p.tensor_cores;
       d["storage"] = winrs::storage_name(p.storage);
       d["units_per_step"] = p.units_per_step;
+      d["fp32_accurate"] = winrs::fp32_accurate(static_cast<winrs::Path>(i));
       const winrs::AccuracyBudget budget = winrs::accuracy_budget(static_cast<winrs::Path>(i));
       d["accuracy_budget"] = nb::make_tuple(budget.mare, budget.signed_error);
       out.append(d);
@@ -145,7 +146,7 @@ NB_MODULE(_winrs, m) {
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
          int64_t pad_right, int path, int reference, int sm_count, int segments, int buckets, int variant0,
-         int variant1) {
+         int variant1, bool atomic) {
         if (!winrs::valid_path(path) || !winrs::valid_path(reference))
           throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
@@ -156,7 +157,7 @@ NB_MODULE(_winrs, m) {
         const std::string error = winrs::make_backward_filter(
             shapes,
             winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
-                               segments, buckets, variant0, variant1},
+                               segments, buckets, variant0, variant1, atomic},
             &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
@@ -167,6 +168,7 @@ NB_MODULE(_winrs, m) {
         d["segments"] = plan.segments;
         d["buckets"] = plan.buckets;
         d["chain"] = plan.supported ? plan.grid.chain(0) : 0;  // an unsupported plan has no grid
+        d["atomic"] = plan.grid.atomic;
         d["seg_rows"] = plan.grid.seg_rows;
         d["seg_h"] = plan.grid.seg_h;
         d["seg_w"] = plan.grid.seg_w;
@@ -179,7 +181,8 @@ NB_MODULE(_winrs, m) {
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
-      nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1);
+      nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1,
+      nb::arg("atomic") = false);
 
   // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
   m.def(

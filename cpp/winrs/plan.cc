@@ -244,12 +244,18 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       return plan;
     }
   }
+  if (options.atomic && options.buckets > 0) {
+    plan.reason = "forced buckets and atomic adds exclude each other";
+    return plan;
+  }
   plan.baseline_segments =
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
   // The workspace bound caps Z at the buckets it allows (the paper's Algorithm 1, line 7), one bucket per
   // segment, unless that leaves the GPU idle: then the segments share the buckets in chains (segments.h).
+  // Atomic adds need no buckets, so Z^ stands as Algorithm 1's other lines set it.
   const int64_t bound = max_buckets(p, options.path);
-  int64_t z_max = bound * chain_limit(p, pair, options, bound);
+  int64_t z_max =
+      options.atomic ? std::numeric_limits<int64_t>::max() : bound * chain_limit(p, pair, options, bound);
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(z, z_max);
   plan.grid = segment_shape(p, pair, z);
@@ -260,13 +266,15 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   const int64_t primary = plan.grid.kernel_segments(0);
   int64_t buckets = options.segments > 0 ? primary : std::min(primary, bound);
   if (options.buckets > 0) buckets = std::min<int64_t>(primary, options.buckets);
+  if (options.atomic) buckets = 1;
   plan.grid.bucket_count = int(buckets);
+  plan.grid.atomic = options.atomic;
   plan.variant0 = pair.variant0;
   plan.variant1 = pair.variant1;
   plan.segments = plan.grid.count();
   plan.buckets = buckets;
   for (int kernel = 0; kernel < 2; ++kernel)
-    if (plan.grid.chain(kernel) > 1)
+    if (plan.grid.chain(kernel) > 1 && !options.atomic)
       plan.semaphores[kernel] =
           buckets * blocks_per_segment(p, kernel == 0 ? pair.variant0 : pair.variant1, options.path);
   plan.workspace_elems = (buckets - 1) * p.filter_elems() + plan.semaphores[0] + plan.semaphores[1];

@@ -24,6 +24,9 @@ struct PlanOptions {
   int buckets = 0;     // > 0 caps the bucket count B (segments.h; the workspace) in place of max_buckets
   int variant0 = -1;   // >= 0 forces the kernel pair (for tests and kernel tuning)
   int variant1 = -1;
+  // Segments add into dW by atomic adds in any order (segments.h): no buckets and no workspace, but the
+  // result's last bits vary between runs on the GPU. Excludes `buckets`.
+  bool atomic = false;
 };
 
 struct Plan {
@@ -33,6 +36,7 @@ struct Plan {
   SegmentGrid grid{};
   int64_t segments = 0;  // Z
   int64_t buckets = 0;   // B float32 partial sums of dW, the first dW itself; grid.chain() links per bucket
+                         // (1 with atomic adds, grid.atomic)
   // The workspace, in 4-byte words: buckets 1..B-1, then a semaphore per bucket and work tile of each kernel
   // whose chains have more than one link (zero otherwise), which orders the links on the GPU.
   int64_t semaphores[2] = {0, 0};

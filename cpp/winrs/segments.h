@@ -13,6 +13,10 @@
 // kernel 0's segment count every segment has its own bucket (the paper's phase 3, except that the residual
 // segments share kernel 0's buckets); with B = 1 the workspace holds no bucket at all, only semaphores. The
 // buckets are then summed with Kahan compensation (reduction.h); bucket 0 is dW itself.
+//
+// Atomic adds (`atomic`, with B = 1): every segment adds into dW as it finishes, in no fixed order (atomic
+// float32 adds on the GPU into a zeroed dW; the CPU runs the links in order). No workspace, no waiting and no
+// reduction pass, at the price of a sum whose order, and so whose last bits, change from run to run.
 #pragma once
 
 #include "config.h"
@@ -28,7 +32,8 @@ struct SegmentGrid {
   int out_h, out_w;
   int seg_rows, seg_h;
   int seg_w, width0;
-  int bucket_count;  // B: between 1 and kernel_segments(0)
+  int bucket_count;     // B: between 1 and kernel_segments(0)
+  bool atomic = false;  // segments add into dW by atomic adds, in any order (B = 1)
 
   WINRS_HD int primary_cols() const { return (width0 + seg_w - 1) / seg_w; }
   WINRS_HD int cols() const { return primary_cols() + (width0 < out_w ? 1 : 0); }
@@ -45,8 +50,11 @@ struct SegmentGrid {
     const int row = z / cols(), col = z % cols();
     return col < primary_cols() ? row * primary_cols() + col : row;
   }
-  WINRS_HD int bucket(int z) const { return kernel_index(z) % bucket_count; }
-  WINRS_HD int link(int z) const { return kernel_index(z) / bucket_count; }
+  // Bucket and link of the segment numbered `local` among its kernel's segments.
+  WINRS_HD int bucket_of(int local) const { return local % bucket_count; }
+  WINRS_HD int link_of(int local) const { return local / bucket_count; }
+  WINRS_HD int bucket(int z) const { return bucket_of(kernel_index(z)); }
+  WINRS_HD int link(int z) const { return link_of(kernel_index(z)); }
 
   WINRS_HD Segment segment(int z) const {
     const int row = z / cols(), col = z % cols();

@@ -43,7 +43,7 @@ import numpy as np
 from jax import lax
 
 from winrs_jax import _partition
-from winrs_jax.planner import Plan, PlannerOptions, path_alternatives, with_path
+from winrs_jax.planner import Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
 
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
@@ -259,7 +259,8 @@ def _measure(plan: Plan, dtype: Any, precision: Any, alternatives: tuple[Plan, .
     def winrs_fn(candidate: Plan, path: str | None) -> Callable[[jax.Array, jax.Array], jax.Array]:
         forced = candidate.forced_kernels
         options = PlannerOptions(sm_count=candidate.sm_count, segments=candidate.forced_segments or None,
-                                 buckets=candidate.forced_buckets or None, path=path,
+                                 buckets=candidate.forced_buckets or None, deterministic=candidate.deterministic,
+                                 path=path,
                                  kernels=None if forced[0] < 0 else forced)  # fmt: skip
 
         def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
@@ -316,6 +317,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, buckets=plan.forced_buckets,
+            deterministic=deterministic_sum(plan.deterministic, plan.path),
             kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import os
 from typing import Any
 
 import jax
@@ -37,6 +38,7 @@ PATH_DESCRIPTIONS = {
     "fp16": "float16 on tensor cores, float32 transforms and accumulation",
 }
 # The input dtype each path runs on (X and dY are stored in it), from the same table.
+FP32_ACCURATE_PATHS = tuple(p["name"] for p in _winrs.paths() if p["fp32_accurate"])
 PATH_DTYPES = {p["name"]: np.dtype(getattr(jax.numpy, p["storage"])) for p in _winrs.paths()}
 # Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
 _DTYPE_PATHS = {d: tuple(p for p in PATHS if PATH_DTYPES[p] == d) for d in set(PATH_DTYPES.values())}
@@ -93,6 +95,13 @@ class PlannerOptions:
         the first). Segments beyond the cap add into the buckets one after another in a fixed order (serial
         split-K): the result stays deterministic, but each segment waits for the one before it, which costs up
         to several times the layer's time when many segments share few buckets (docs/benchmarks.md).
+    deterministic: how the segments' partial filter gradients are added up. True: into buckets in a fixed order,
+        so that every run gives the same bits (paper section 3, phase 3). False: into dW by atomic adds as the
+        segments finish, with no workspace, no reduction pass and more segments to fill the GPU; the order, and
+        so the last bits of dW, change from run to run. By default (None) deterministic at float32 HIGHEST and
+        where XLA_FLAGS asks XLA for deterministic ops (--xla_gpu_deterministic_ops or
+        --xla_gpu_exclude_nondeterministic_ops), atomic otherwise, like cuDNN's own filter gradients. `buckets`
+        implies True.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
@@ -104,6 +113,7 @@ class PlannerOptions:
     sm_count: int | None = None
     segments: int | None = None
     buckets: int | None = None
+    deterministic: bool | None = None
     kernels: tuple[int, int] | None = None
     path: str | None = None
     mode: str | None = None
@@ -116,6 +126,15 @@ class PlannerOptions:
             if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < 1:
                 raise ValueError(f"PlannerOptions.{name} must be a positive int or None, got {value!r}")
             object.__setattr__(self, name, operator.index(value))
+        if self.deterministic is not None and not isinstance(self.deterministic, bool):
+            raise ValueError(
+                f"PlannerOptions.deterministic must be True, False or None, got {self.deterministic!r}"
+            )
+        if self.deterministic is False and self.buckets is not None:
+            raise ValueError("PlannerOptions: buckets order the segments' sums, deterministic=False adds them "
+                             "atomically; give one of them")  # fmt: skip
+        if self.buckets is not None:  # buckets are the deterministic sum
+            object.__setattr__(self, "deterministic", True)
         if self.kernels is not None:  # hashable, whatever sequence was given
             object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
 
@@ -147,6 +166,7 @@ class Plan:
     sm_count: int = 0
     forced_segments: int = 0
     forced_buckets: int = 0
+    deterministic: bool | None = None  # PlannerOptions.deterministic as given
     forced_kernels: tuple[int, int] = (-1, -1)
     variant0: int = -1
     variant1: int = -1
@@ -154,6 +174,7 @@ class Plan:
     segments: int = 0
     buckets: int = 0
     chain: int = 1  # kernel 0's segments per bucket, added in a fixed order
+    atomic: bool = False  # the segments add into dW atomically, in any order (PlannerOptions.deterministic)
     baseline_segments: float = 0.0
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
@@ -252,6 +273,7 @@ class Plan:
             pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
             reference=PATHS.index(self.reference), sm_count=self.sm_count, segments=self.forced_segments,
             buckets=self.forced_buckets, variant0=self.forced_kernels[0], variant1=self.forced_kernels[1],
+            atomic=int(self.atomic),
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -288,7 +310,10 @@ class Plan:
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
             f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
-            f"  workspace  {self.workspace_bytes} bytes: {self.buckets} buckets of |dW| float32, the first is dW"
+            "  workspace  0 bytes: the segments add into dW (float32) by atomic adds as they finish, in no fixed "
+            "order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed order)"
+            if self.atomic
+            else f"  workspace  {self.workspace_bytes} bytes: {self.buckets} buckets of |dW| float32, the first is dW"
             + (
                 f"; segment s adds into bucket s mod {self.buckets}, {self.chain} segments one after another "
                 "(serial split-K), ordered by semaphores"
@@ -711,7 +736,7 @@ def _strided_plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
         forced_segments=runs[0].forced_segments, forced_buckets=runs[0].forced_buckets,
-        forced_kernels=runs[0].forced_kernels,
+        deterministic=runs[0].deterministic, forced_kernels=runs[0].forced_kernels,
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
     )  # fmt: skip
 
@@ -750,12 +775,31 @@ def _dilated_plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=piece.path, reference=reference, sm_count=piece.sm_count,
         forced_segments=piece.forced_segments, forced_buckets=piece.forced_buckets,
-        forced_kernels=piece.forced_kernels,
+        deterministic=piece.deterministic, forced_kernels=piece.forced_kernels,
         predicted_seconds=piece.predicted_seconds * dh * dw, dilation=dilation, phases=(Phase((0, 0), piece),),
     )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=4096)
+_XLA_DETERMINISM_FLAGS = ("--xla_gpu_deterministic_ops", "--xla_gpu_exclude_nondeterministic_ops")
+
+
+def xla_deterministic_ops() -> bool:
+    """Whether XLA_FLAGS asks XLA for deterministic GPU ops (read per plan, as XLA reads it per process)."""
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = flag.partition("=")
+        if name in _XLA_DETERMINISM_FLAGS and value.lower() in ("", "true", "1"):
+            return True
+    return False
+
+
+def deterministic_sum(deterministic: bool | None, path: str) -> bool:
+    """PlannerOptions.deterministic resolved for a path: by default the float32-accurate paths (HIGHEST) keep
+    the fixed-order, compensated bucket sum; the others add atomically unless XLA_FLAGS asks for determinism."""
+    if deterministic is not None:
+        return deterministic
+    return path in FP32_ACCURATE_PATHS or xla_deterministic_ops()
+
+
 def plan_canonical(
     batch: int,
     input_hw: tuple[int, int],
@@ -771,6 +815,23 @@ def plan_canonical(
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
     per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
+    atomic = not deterministic_sum(options.deterministic, path)
+    return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_canonical(
+    batch: int,
+    input_hw: tuple[int, int],
+    in_c: int,
+    out_c: int,
+    filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    path: str,
+    reference: str,
+    options: PlannerOptions,
+    atomic: bool,
+) -> Plan:
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()
@@ -781,7 +842,7 @@ def plan_canonical(
         batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
         path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
-        buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1],
+        buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1], atomic=atomic,
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
@@ -799,6 +860,7 @@ def plan_canonical(
         sm_count=sm_count,
         forced_segments=forced_segments,
         forced_buckets=forced_buckets,
+        deterministic=options.deterministic,
         forced_kernels=(forced_kernels[0], forced_kernels[1]),
         variant0=raw["variant0"],
         variant1=raw["variant1"],
@@ -806,6 +868,7 @@ def plan_canonical(
         segments=raw["segments"],
         buckets=raw["buckets"],
         chain=raw["chain"],
+        atomic=raw["atomic"],
         baseline_segments=raw["baseline_segments"],
         segment_rows=raw["seg_rows"],
         segment_shape=(raw["seg_h"], raw["seg_w"]),

@@ -278,6 +278,9 @@ class Result:
     # Where auto runs WinRS on another path than the forced column's (a measured alternative): its path and time.
     auto_path: str = ""
     auto_ms: float | None = None
+    # XLA's temporary bytes for the compiled WinRS filter gradient: the workspace plus what the graph around the
+    # kernels needs (dW in float32 before its cast and transpose to the filter's dtype and layout).
+    winrs_temp_bytes: int = 0
 
     @property
     def speedup(self) -> float:
@@ -309,6 +312,7 @@ class Result:
             winrs_signed_error=self.winrs_signed_error, xla_signed_error=self.xla_signed_error,
             max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
             cached_choice_ms=self.cached_choice_ms, auto_path=self.auto_path, auto_ms=self.auto_ms,
+            winrs_temp_bytes=self.winrs_temp_bytes,
         )  # fmt: skip
 
 
@@ -516,4 +520,5 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         cached_choice_ms=cached_choice_ms,
         auto_path=auto.path if auto_ms is not None else "",
         auto_ms=auto_ms,
+        winrs_temp_bytes=_temp_bytes(compiled["winrs"]),
     )
