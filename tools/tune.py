@@ -3,6 +3,7 @@
 python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
 python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
+python tools/tune.py atomics    # time against Z with atomic adds -> kAtomicAddsPerSecond
 """
 
 import json
@@ -111,5 +112,18 @@ def buckets() -> None:
                       flush=True)  # fmt: skip
 
 
+def atomics() -> None:
+    """Time against Z with atomic adds: past a few waves the main loop's time stays, and each segment more
+    costs its |dW| atomic adds (and a block's fixed work) -> kAtomicAddsPerSecond."""
+    for path in ("bf16", "tf32"):
+        for n, h, c in ((128, 7, 512), (128, 14, 256), (128, 28, 128), (32, 28, 256)):
+            dtype = PATH_DTYPES[path]
+            for z in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+                plan, ms, _ = run(n, h, h, c, 3, 3, ((1, 1), (1, 1)), dtype, path=path, deterministic=False,
+                                  segments=z)  # fmt: skip
+                print(json.dumps(dict(layer=f"3x3 {n}:{h}:{c}", path=path, z_hat=z, segments=plan.segments,
+                                      ms=round(ms, 4), dw_elems=9 * c * c)), flush=True)  # fmt: skip
+
+
 if __name__ == "__main__":
-    {"variants": variants, "segments": segments, "buckets": buckets}[sys.argv[1]]()
+    {"variants": variants, "segments": segments, "buckets": buckets, "atomics": atomics}[sys.argv[1]]()

@@ -22,6 +22,13 @@ constexpr double kChainWaves = 2;
 // Measured on H100 (tools/tune.py segments, 2026-11-22): 3x3 and 9x9 layers with 64-256 channels ran 6-8%
 // faster with twice the segments of 4 waves; kWorkspaceShare below keeps the cost of that bounded.
 constexpr double kWaves = 8;
+// Atomic adds (segments.h): each segment adds its |dW| into dW in L2. Measured on H100 (tools/tune.py
+// atomics, 2026-11-23): past a few waves each segment more costs |dW| / (390-490 G/s) in bf16 and / (180-350
+// G/s) in TF32, its blocks' fixed work included. Z is cut where those adds would take more than
+// kAtomicShare of the layer's modelled time: bf16 3x3 128:28:128 ran 0.19 ms with 28 segments and 0.28 ms
+// with Algorithm 1's 252, while TF32 3x3 128:28:128 still gained up to 140 segments.
+constexpr double kAtomicAddsPerSecond = 4e11;
+constexpr double kAtomicShare = 0.1;
 // Workspace bound in bytes: (buckets - 1) x |dW| float32 <= kWorkspaceShare x (|X| + |dY| + |dW|) in the
 // input dtype (16-bit inputs allow half the buckets of float32 ones). The paper's average is 0.18; 0.15 keeps
 // every layer of the baselines' suite under 5% of XLA's own temporaries.
@@ -252,10 +259,16 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       options.segments > 0 ? double(options.segments) : baseline_segment_count(p, pair, options);
   // The workspace bound caps Z at the buckets it allows (the paper's Algorithm 1, line 7), one bucket per
   // segment, unless that leaves the GPU idle: then the segments share the buckets in chains (segments.h).
-  // Atomic adds need no buckets, so Z^ stands as Algorithm 1's other lines set it.
+  // Atomic adds need no buckets; their traffic caps Z instead (kAtomicShare).
+  const double share0 = double(pair.width0) / double(p.out_w);
+  plan.predicted_seconds = p.direct_flops() * 1e-12 *
+                           (share0 / kVariants[pair.variant0].relative_speed(options.path) +
+                            (1 - share0) / kVariants[pair.variant1].relative_speed(options.path));
   const int64_t bound = max_buckets(p, options.path);
-  int64_t z_max =
-      options.atomic ? std::numeric_limits<int64_t>::max() : bound * chain_limit(p, pair, options, bound);
+  const int64_t z_max = options.atomic
+                            ? std::max<int64_t>(1, int64_t(kAtomicShare * plan.predicted_seconds *
+                                                           kAtomicAddsPerSecond / double(p.filter_elems())))
+                            : bound * chain_limit(p, pair, options, bound);
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(z, z_max);
   plan.grid = segment_shape(p, pair, z);
@@ -278,10 +291,6 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       plan.semaphores[kernel] =
           buckets * blocks_per_segment(p, kernel == 0 ? pair.variant0 : pair.variant1, options.path);
   plan.workspace_elems = (buckets - 1) * p.filter_elems() + plan.semaphores[0] + plan.semaphores[1];
-  const double share0 = double(pair.width0) / double(p.out_w);
-  plan.predicted_seconds = p.direct_flops() * 1e-12 *
-                           (share0 / kVariants[pair.variant0].relative_speed(options.path) +
-                            (1 - share0) / kVariants[pair.variant1].relative_speed(options.path));
   plan.supported = true;
   return plan;
 }
