@@ -792,12 +792,13 @@ def xla_deterministic_ops() -> bool:
     return False
 
 
-def deterministic_sum(deterministic: bool | None, path: str) -> bool:
-    """PlannerOptions.deterministic resolved for a path: by default the float32-accurate paths (HIGHEST) keep
-    the fixed-order, compensated bucket sum; the others add atomically unless XLA_FLAGS asks for determinism."""
+def deterministic_sum(deterministic: bool | None, reference: str) -> bool:
+    """PlannerOptions.deterministic resolved for the precision asked (the reference arithmetic): by default
+    float32 HIGHEST keeps the fixed-order, compensated bucket sum; the reduced precisions add atomically unless
+    XLA_FLAGS asks for determinism."""
     if deterministic is not None:
         return deterministic
-    return path in FP32_ACCURATE_PATHS or xla_deterministic_ops()
+    return reference in FP32_ACCURATE_PATHS or xla_deterministic_ops()
 
 
 def plan_canonical(
@@ -815,7 +816,7 @@ def plan_canonical(
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
     per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
-    atomic = not deterministic_sum(options.deterministic, path)
+    atomic = not deterministic_sum(options.deterministic, reference)
     return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
 
 

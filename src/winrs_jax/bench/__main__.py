@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write one JSON object per result")
     parser.add_argument("--plot", type=Path, help="write a PNG of the speedups")
+    parser.add_argument("--deterministic", choices=["true", "false"],
+                        help="PlannerOptions.deterministic for WinRS (default: the planner's, atomic adds except at "
+                        "float32 HIGHEST)")  # fmt: skip
     args = parser.parse_args(argv)
     # A fresh decision cache: the "auto" column and the first-choice times are this run's own measurements.
     os.environ["WINRS_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="winrs-jax-bench-")
@@ -126,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     total = len(cases) * len(dtypes)
     for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
         print(f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True)
-        result = measure(shape, dtype, args.repeats, args.calls)
+        deterministic = None if args.deterministic is None else args.deterministic == "true"
+        result = measure(shape, dtype, args.repeats, args.calls, deterministic)
         results.append((suite, result))
         print(_row(suite, result), flush=True)  # each row as it is measured: a long run may be cut short
         if sink:

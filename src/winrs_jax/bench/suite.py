@@ -447,14 +447,20 @@ def _layer(shape: Shape, dtype_name: str, rng: np.random.Generator) -> tuple[Any
     return x, dy, w, kwargs
 
 
-def _compiled(shape: Shape, dtype_name: str) -> tuple[Any, Any, Any, dict[str, Any], dict[str, Any]]:
+def _compiled(
+    shape: Shape, dtype_name: str, options: winrs_jax.PlannerOptions = WINRS
+) -> tuple[Any, Any, Any, dict[str, Any], dict[str, Any]]:
     """_layer's inputs and arguments, and XLA's and WinRS's filter gradients of the layer compiled for them."""
     x, dy, w, kwargs = _layer(shape, dtype_name, np.random.default_rng(0))
-    compiled = {name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs).items()}
+    compiled = {
+        name: jax.jit(fn).lower(x, dy).compile() for name, fn in _filter_grads(w, kwargs, options).items()
+    }
     return x, dy, w, kwargs, compiled
 
 
-def _filter_grads(w: Any, kwargs: dict[str, Any]) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
+def _filter_grads(
+    w: Any, kwargs: dict[str, Any], options: winrs_jax.PlannerOptions = WINRS
+) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
     """XLA's filter gradient (as lax.conv's VJP computes it) and WinRS's, forced whatever the measured choice."""
 
     def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
@@ -462,15 +468,19 @@ def _filter_grads(w: Any, kwargs: dict[str, Any]) -> dict[str, Callable[[jax.Arr
         return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
 
     def ours(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=WINRS)
+        return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options)
 
     return {"xla": xla, "winrs": ours}
 
 
-def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) -> Result:
+def measure(
+    shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10, deterministic: bool | None = None
+) -> Result:
     """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs (uniform
-    [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs."""
-    x, dy, w, kwargs, compiled = _compiled(shape, dtype_name)
+    [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs.
+    `deterministic`: PlannerOptions.deterministic of WinRS's runs (None: the planner's default)."""
+    forced = dataclasses.replace(WINRS, deterministic=deterministic)
+    x, dy, w, kwargs, compiled = _compiled(shape, dtype_name, forced)
     times = {name: time_ms(lambda c=c: c(x, dy), repeats, calls) for name, c in compiled.items()}
     expected = np.asarray(compiled["xla"](x, dy).astype(jnp.float32), np.float64)
     actual = np.asarray(compiled["winrs"](x, dy).astype(jnp.float32), np.float64)
@@ -482,9 +492,9 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
         winrs_signed, xla_signed = _signed_errors(shape, dtype_name, compiled)
     start = time.perf_counter()
-    plan = winrs_jax.plan(x, w, **kwargs, options=WINRS)
+    plan = winrs_jax.plan(x, w, **kwargs, options=forced)
     plan_s = time.perf_counter() - start
-    auto_options = winrs_jax.PlannerOptions(mode="auto")
+    auto_options = winrs_jax.PlannerOptions(mode="auto", deterministic=deterministic)
     start = time.perf_counter()
     auto = winrs_jax.plan(x, w, **kwargs, options=auto_options)  # new layer: measures WinRS and XLA
     choice_s = time.perf_counter() - start - plan_s
@@ -494,9 +504,9 @@ def measure(shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10) ->
     auto_winrs = auto.supported and auto.choice.startswith("WinRS")
     auto_ms = None
     if auto_winrs and auto.path != plan.path:  # auto measured another path faster: time what it runs
-        forced = winrs_jax.PlannerOptions(mode="winrs", path=auto.path)
+        on_path = dataclasses.replace(forced, path=auto.path)
         other = jax.jit(
-            lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=forced)
+            lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=on_path)
         )
         other_compiled = other.lower(x, dy).compile()
         auto_ms = time_ms(lambda: other_compiled(x, dy), repeats, calls)
