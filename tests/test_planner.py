@@ -44,9 +44,11 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("segments", [None, 3, 16])
-def test_plan_properties(shape, segments):
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_plan_properties(shape, segments, deterministic):
     n, hw, c, fh, fw = shape
-    plan = _plan(n, hw, hw, c, c, fh, fw, segments=segments)
+    plan = _plan(n, hw, hw, c, c, fh, fw, segments=segments, deterministic=deterministic)
+    assert plan.atomic != deterministic
     assert plan.supported, plan.reason
     v0, v1 = VARIANTS[plan.variant0], VARIANTS[plan.variant1]
     out_h, out_w = plan.out_grad_hw
@@ -78,6 +80,9 @@ def test_plan_properties(shape, segments):
     w_max = plan.width0 // v0.r
     assert 1 <= plan.segments <= h_max * (w_max + 1)
     dw = c * fh * fw * c
+    if not deterministic:  # atomic adds: one chain into dW, no workspace
+        assert plan.buckets == 1 and plan.workspace_elems == 0
+        return
     if segments is None:  # the workspace bound caps the buckets (plan.cc), not the segments
         data = n * hw * hw * c + n * out_h * out_w * c + dw
         assert plan.buckets - 1 <= max(1, 0.15 * data / dw)
@@ -117,33 +122,29 @@ def test_starved_layers_chain_their_segments():
     assert full.chain == 1 and full.segments == full.buckets
 
 
-@pytest.mark.parametrize("path, reference, atomic", [
-    ("bf16", "bf16", True), ("fp16", "fp16", True), ("tf32", "tf32", True), ("tf32x3", "tf32", True),
-    ("fp32", "fp32", False), ("tf32x3", "fp32", False)])  # fmt: skip
-def test_reduced_precision_adds_atomically_by_default(path, reference, atomic, monkeypatch):
-    """By default the segments add into dW atomically except at float32 HIGHEST (an FP32 reference), which keeps
-    the fixed-order compensated bucket sum; XLA_FLAGS asking XLA for deterministic ops, or buckets, make
-    every path deterministic. Atomic plans need no workspace; Z stops where the adds would take a tenth of the
-    layer's modelled time (plan.cc, kAtomicShare: 4e11 adds per second measured on an H100)."""
+@pytest.mark.parametrize("path, reference", [("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "tf32"), ("tf32x3", "tf32"),
+                                             ("fp32", "fp32"), ("tf32x3", "fp32")])  # fmt: skip
+def test_segments_add_atomically_unless_determinism_is_asked(path, reference, monkeypatch):
+    """By default the segments add into dW atomically on every path; XLA_FLAGS asking XLA for deterministic ops,
+    deterministic=True or buckets give the fixed-order compensated bucket sum. Atomic plans need no workspace; Z
+    stops where the adds would take a tenth of the layer's modelled time (plan.cc, kAtomicShare: 4e11 adds per
+    second measured on an H100)."""
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     layer = (128, (28, 28), 128, 128, (3, 3), (1, 1, 1, 1), path, reference)
     plan = plan_canonical(*layer)
-    assert plan.atomic == atomic
+    assert plan.atomic and plan.workspace_elems == 0 and plan.buckets == 1
+    cap = 0.1 * plan.predicted_seconds * 4e11 / (9 * 128 * 128)
+    assert plan.segments <= cap
+    assert path != "bf16" or cap < plan.baseline_segments  # in bf16 the cap binds
     in_order = plan_canonical(*layer, PlannerOptions(deterministic=True))
     assert not in_order.atomic and in_order.workspace_elems > 0
-    if atomic:
-        assert plan.workspace_elems == 0 and plan.buckets == 1
-        dw_elems = 9 * 128 * 128
-        cap = 0.1 * plan.predicted_seconds * 4e11 / dw_elems
-        assert plan.segments <= cap
-        assert path != "bf16" or cap < plan.baseline_segments  # in bf16 the cap binds
     assert not plan_canonical(*layer, PlannerOptions(buckets=4)).atomic
     for flag in ("--xla_gpu_deterministic_ops=true", "--xla_gpu_exclude_nondeterministic_ops"):
         monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/x {flag}")
         assert not plan_canonical(*layer).atomic
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
-    assert plan_canonical(*layer).atomic == atomic
     assert plan_canonical(*layer, PlannerOptions(deterministic=False)).atomic
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
+    assert plan_canonical(*layer).atomic
 
 
 @pytest.mark.parametrize("options, message", [(dict(deterministic=False, buckets=2), "give one of them"),

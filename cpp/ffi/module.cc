@@ -88,7 +88,6 @@ NB_MODULE(_winrs, m) {
       d["tensor_cores"] = p.tensor_cores;
       d["storage"] = winrs::storage_name(p.storage);
       d["units_per_step"] = p.units_per_step;
-      d["fp32_accurate"] = winrs::fp32_accurate(static_cast<winrs::Path>(i));
       const winrs::AccuracyBudget budget = winrs::accuracy_budget(static_cast<winrs::Path>(i));
       d["accuracy_budget"] = nb::make_tuple(budget.mare, budget.signed_error);
       out.append(d);

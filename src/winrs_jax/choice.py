@@ -317,7 +317,7 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
             dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
             sm_count=plan.sm_count, segments=plan.forced_segments, buckets=plan.forced_buckets,
-            deterministic=deterministic_sum(plan.deterministic, plan.reference),
+            deterministic=deterministic_sum(plan.deterministic),
             kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,

@@ -38,7 +38,6 @@ PATH_DESCRIPTIONS = {
     "fp16": "float16 on tensor cores, float32 transforms and accumulation",
 }
 # The input dtype each path runs on (X and dY are stored in it), from the same table.
-FP32_ACCURATE_PATHS = tuple(p["name"] for p in _winrs.paths() if p["fp32_accurate"])
 PATH_DTYPES = {p["name"]: np.dtype(getattr(jax.numpy, p["storage"])) for p in _winrs.paths()}
 # Paths each input dtype may use; float32 ones differ in accuracy (see _float32_paths).
 _DTYPE_PATHS = {d: tuple(p for p in PATHS if PATH_DTYPES[p] == d) for d in set(PATH_DTYPES.values())}
@@ -98,9 +97,9 @@ class PlannerOptions:
     deterministic: how the segments' partial filter gradients are added up. True: into buckets in a fixed order,
         so that every run gives the same bits (paper section 3, phase 3). False: into dW by atomic adds as the
         segments finish, with no workspace, no reduction pass and more segments to fill the GPU; the order, and
-        so the last bits of dW, change from run to run. By default (None) deterministic at float32 HIGHEST and
-        where XLA_FLAGS asks XLA for deterministic ops (--xla_gpu_deterministic_ops or
-        --xla_gpu_exclude_nondeterministic_ops), atomic otherwise, like cuDNN's own filter gradients. `buckets`
+        so the last bits of dW, change from run to run (the accuracy does not: docs/benchmarks.md). By default
+        (None) atomic, as cuDNN's filter gradients and XLA's scatters are, unless XLA_FLAGS asks XLA for
+        deterministic ops (--xla_gpu_deterministic_ops or --xla_gpu_exclude_nondeterministic_ops). `buckets`
         implies True.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
@@ -792,13 +791,10 @@ def xla_deterministic_ops() -> bool:
     return False
 
 
-def deterministic_sum(deterministic: bool | None, reference: str) -> bool:
-    """PlannerOptions.deterministic resolved for the precision asked (the reference arithmetic): by default
-    float32 HIGHEST keeps the fixed-order, compensated bucket sum; the reduced precisions add atomically unless
-    XLA_FLAGS asks for determinism."""
-    if deterministic is not None:
-        return deterministic
-    return reference in FP32_ACCURATE_PATHS or xla_deterministic_ops()
+def deterministic_sum(deterministic: bool | None) -> bool:
+    """PlannerOptions.deterministic resolved: by default the segments add atomically, unless XLA_FLAGS asks XLA
+    for deterministic ops."""
+    return xla_deterministic_ops() if deterministic is None else deterministic
 
 
 def plan_canonical(
@@ -816,7 +812,7 @@ def plan_canonical(
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
     per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
-    atomic = not deterministic_sum(options.deterministic, reference)
+    atomic = not deterministic_sum(options.deterministic)
     return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
 
 
