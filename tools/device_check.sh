@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|tune-buckets|tune-atomics|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -48,6 +48,8 @@ for stage in "$@"; do
       (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
     tune-buckets)
       (cd /tmp && python3 "$ROOT/tools/tune.py" buckets) 2>&1 | tee "$OUT/tune-buckets.jsonl" | tail -120 ;;
+    tune-sums)
+      (cd /tmp && python3 "$ROOT/tools/tune.py" sums) 2>&1 | tee "$OUT/tune-sums.jsonl" | tail -80 ;;
     tune-atomics)
       (cd /tmp && python3 "$ROOT/tools/tune.py" atomics) 2>&1 | tee "$OUT/tune-atomics.jsonl" | tail -80 ;;
     bench) bench bench ${BENCH_ARGS:-} ;;

@@ -4,8 +4,10 @@ python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
 python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
 python tools/tune.py atomics    # time against Z with atomic adds -> kAtomicAddsPerSecond
+python tools/tune.py sums       # float32 HIGHEST MARE and time against Z (in-kernel FP32 sum lengths)
 """
 
+import functools
 import json
 import sys
 
@@ -125,5 +127,34 @@ def atomics() -> None:
                                       ms=round(ms, 4), dw_elems=9 * c * c)), flush=True)  # fmt: skip
 
 
+def sums() -> None:
+    """float32 HIGHEST accuracy (MARE against PyTorch's float64 dW, the paper's [0, 1) inputs) and time against Z:
+    each segment's kernel sums its output positions in FP32, so more segments mean shorter sums."""
+    for text in ("32:32:256:9", "32:64:128:9", "32:16:512:5", "32:32:256:7"):
+        _sums_of_layer(text)
+
+
+def _sums_of_layer(text: str) -> None:
+    from winrs_jax.bench import suite
+
+    shape = suite.Shape.parse(text)
+    x, dy, w, kwargs = suite._layer(shape, "f32_highest", np.random.default_rng(0))
+    _, reference = suite._torch_case(shape, "f32_highest", np.asarray(x), np.asarray(dy), 0, 0)
+    reference = np.moveaxis(reference, 0, -1)
+    for path in ("fp32", "tf32x3"):
+        for z in (None, 2, 4, 8, 16, 32):
+            opts = winrs_jax.PlannerOptions(mode="winrs", path=path, segments=z)
+            fn = jax.jit(
+                functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts)
+            )
+            plan = winrs_jax.plan(x, w, **kwargs, options=opts)
+            dw = np.asarray(fn(x, dy), np.float64)
+            ms = time_ms(functools.partial(fn, x, dy), 3, 5)
+            print(json.dumps(dict(layer=str(shape), path=path, z_hat=z, segments=plan.segments, ms=round(ms, 4),
+                                  mare=suite._mare(dw, reference), atomic=plan.atomic)), flush=True)  # fmt: skip
+
+
 if __name__ == "__main__":
-    {"variants": variants, "segments": segments, "buckets": buckets, "atomics": atomics}[sys.argv[1]]()
+    {"variants": variants, "segments": segments, "buckets": buckets, "atomics": atomics, "sums": sums}[
+        sys.argv[1]
+    ]()
