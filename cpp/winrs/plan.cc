@@ -29,6 +29,12 @@ constexpr double kWaves = 8;
 // with Algorithm 1's 252, while TF32 3x3 128:28:128 still gained up to 140 segments.
 constexpr double kAtomicAddsPerSecond = 4e11;
 constexpr double kAtomicShare = 0.1;
+// The kernels sum each segment's output positions in FP32 registers, so dW's error grows with the positions
+// per segment. Measured on H100 at float32 HIGHEST (tools/tune.py sums, 2026-11-23, MARE on the paper's
+// inputs): 7x7 32:32:256 on FP32 kernels 7.6e-7 with 2 segments (16384 positions each), 2.1e-7 with 8 (4096),
+// 8.6e-8 with 32; 9x9 32:32:256 7.8e-7 -> 1.8e-7 from 2 to 6 segments, 5x5 32:16:512 5.9e-7 -> 3.0e-7 from 1
+// to 2, at the same time within 2%. The budget is 7.6e-7 (4x a direct sum's).
+constexpr int64_t kMaxSumPositions = 4096;
 // Workspace bound in bytes: (buckets - 1) x |dW| float32 <= kWorkspaceShare x (|X| + |dY| + |dW|) in the
 // input dtype (16-bit inputs allow half the buckets of float32 ones). The paper's average is 0.18; 0.15 keeps
 // every layer of the baselines' suite under 5% of XLA's own temporaries.
@@ -269,12 +275,17 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
                             ? std::max<int64_t>(1, int64_t(kAtomicShare * plan.predicted_seconds *
                                                            kAtomicAddsPerSecond / double(p.filter_elems())))
                             : bound * chain_limit(p, pair, options, bound);
+  // At float32 HIGHEST, enough segments that each sums at most kMaxSumPositions output positions; atomic adds
+  // take them whatever their traffic, buckets only within the workspace bound.
+  const int64_t z_accurate =
+      fp32_accurate(options.reference) ? ceil_div(p.batch * p.out_h * p.out_w, kMaxSumPositions) : 1;
+  const int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
   int64_t z = int64_t(plan.baseline_segments);
-  if (options.segments <= 0) z = std::min(z, z_max);
+  if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
   plan.grid = segment_shape(p, pair, z);
   // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
   // unless the caller forced the segment count.
-  while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_max)
+  while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_limit)
     plan.grid = segment_shape(p, pair, --z);
   const int64_t primary = plan.grid.kernel_segments(0);
   int64_t buckets = options.segments > 0 ? primary : std::min(primary, bound);
