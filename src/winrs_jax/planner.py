@@ -100,7 +100,7 @@ class PlannerOptions:
         so the last bits of dW, change from run to run (the accuracy does not: docs/benchmarks.md). By default
         (None) atomic, as cuDNN's filter gradients and XLA's scatters are, unless XLA_FLAGS asks XLA for
         deterministic ops (--xla_gpu_deterministic_ops or --xla_gpu_exclude_nondeterministic_ops). `buckets`
-        implies True.
+        implies True. The direct grouped kernels (depthwise layers) always add their splits in a fixed order.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
