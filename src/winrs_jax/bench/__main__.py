@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write one JSON object per result")
     parser.add_argument("--plot", type=Path, help="write a PNG of the speedups")
     parser.add_argument("--deterministic", choices=["true", "false"],
-                        help="PlannerOptions.deterministic for WinRS (default: the planner's, atomic adds except at "
-                        "float32 HIGHEST)")  # fmt: skip
+                        help="PlannerOptions.deterministic for WinRS (default: the planner's, atomic adds unless "
+                        "XLA_FLAGS asks for deterministic ops)")  # fmt: skip
     args = parser.parse_args(argv)
     # A fresh decision cache: the "auto" column and the first-choice times are this run's own measurements.
     os.environ["WINRS_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="winrs-jax-bench-")
