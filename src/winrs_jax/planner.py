@@ -309,8 +309,9 @@ class Plan:
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
             f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
-            "  workspace  0 bytes: the segments add into dW (float32) by atomic adds as they finish, in no fixed "
-            "order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed order)"
+            "  workspace  0 bytes: the segments add into dW (float32) as they finish, on the GPU by atomic adds in "
+            "no fixed order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed "
+            "order)"
             if self.atomic
             else f"  workspace  {self.workspace_bytes} bytes: {self.buckets} buckets of |dW| float32, the first is dW"
             + (
