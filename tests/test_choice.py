@@ -241,6 +241,27 @@ def test_a_clear_loser_is_timed_once():
     assert len(calls) >= 2 + 3  # without a clear loser: two warm calls, then at least three samples
 
 
+def test_a_settled_choice_stops_sampling():
+    """Medians 1.25x apart after three samples each settle the choice: the first trace of a slow layer (a 3D
+    layer at 10 ms per call) must not spend its whole budget sampling both."""
+    calls = {"xla": 0, "winrs": 0}
+
+    def timed(name: str, seconds: float):
+        def fn():
+            calls[name] += 1
+            time.sleep(seconds)
+            return jnp.zeros(())
+
+        return fn
+
+    xla_ms, winrs_ms = choice._time_all([timed("xla", 0.004), timed("winrs", 0.008)], budget_s=10.0)
+    assert winrs_ms > 1.25 * xla_ms
+    assert calls == {"xla": 2 + 3, "winrs": 2 + 3}  # two warm calls, then three samples (one call each)
+    calls.update(xla=0, winrs=0)
+    choice._time_all([timed("xla", 0.004), timed("winrs", 0.0042)], budget_s=0.2)
+    assert calls["winrs"] > 2 + 3  # close timings: sampled until the budget
+
+
 def test_samples_alternate_between_the_two():
     """Drift (the GPU's clock ramping up) must weigh on both: samples of XLA and WinRS alternate."""
     order = []
