@@ -125,11 +125,12 @@ int main(int argc, char** argv) {
     if (!wanted) continue;
     // Odd channel counts (scalar loads), multiples of 4 with partial channel blocks (vector loads), and
     // counts spanning several blocks of the tensor-core shapes; those in one chain of segments, or adding
-    // atomically.
+    // atomically (one channel at a time, or four with sm_90's vector atomics where in_c % 4 == 0).
     for (const auto& [in_c, out_c, buckets, atomic] : {std::tuple{37, 21, 0, false},
                                                        std::tuple{36, 100, 0, false},
                                                        {130, 70, 1, false},
-                                                       {130, 70, 0, true}})
+                                                       {130, 70, 0, true},
+                                                       {36, 100, 0, true}})
       for (int v = 0; v < winrs::kNumVariants; ++v, ++cases)
         failures += !run_case(static_cast<winrs::Path>(path), v, in_c, out_c, buckets, atomic, gen);
   }

@@ -7,7 +7,8 @@
 // registers, converted to the operand type at the store into double-buffered shared memory, then the
 // alpha-batched GEMM into FP32 accumulators. The output transform runs after the loop, in R rounds through
 // shared memory, and writes or adds into the segment's bucket, after the previous link of its chain where
-// segments share buckets (serial split-K, winrs/segments.h), or adds into dW atomically.
+// segments share buckets (serial split-K, winrs/segments.h), or adds into dW atomically (four channels per
+// add on sm_90).
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <climits>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -55,6 +57,51 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
       if (more) stager.template store<ph>(next);
     });
     __syncthreads();
+  }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kVectorAtomics = true;  // atomicAdd(float4*, float4)
+#else
+inline constexpr bool kVectorAtomics = false;
+#endif
+
+// One round of the output transform: each thread takes Vec consecutive input channels of one output channel's
+// row, transforms their alpha accumulators to n filter columns and writes them into the bucket, adds them to
+// it (the next link of a chain, or the residual kernel), or adds them atomically (Vec 4: one vector add per
+// column).
+template <class C, class Gemm, int Vec>
+__device__ __forceinline__ void write_round(const float* out, float* bucket, const Problem& p,
+                                            const WorkTile& work, int rnd, bool atomic, bool accumulate) {
+  const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
+  constexpr int groups = C::BM / Vec;  // channel groups of Vec per row
+  for (int e = threadIdx.x; e < C::round_rows * groups; e += kThreads) {
+    const int row = e / groups, col = e % groups * Vec;
+    const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
+                   row % Gemm::rows_per_round;
+    const int ic = work.ic0 + col;
+    if (oc >= out_c || ic >= in_c) continue;  // Vec > 1 only where in_c % Vec == 0: all Vec are in range
+    float y[Vec][C::n];
+#pragma unroll
+    for (int v = 0; v < Vec; ++v) {
+      float m[C::alpha];
+#pragma unroll
+      for (int i = 0; i < C::alpha; ++i) m[i] = out[(i * C::round_rows + row) * C::out_stride + col + v];
+      C::Tile::output(m, y[v]);
+    }
+    float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
+#pragma unroll
+    for (int j = 0; j < C::n; ++j) {
+      if constexpr (Vec == 4) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float4*>(dst + j * in_c), make_float4(y[0][j], y[1][j], y[2][j], y[3][j]));
+#endif
+      } else if (atomic) {
+        atomicAdd(dst + j * in_c, y[0][j]);  // a reduction in L2 (RED), into the dW that dispatch.cu zeroed
+      } else {
+        dst[j * in_c] = accumulate ? __ldcg(dst + j * in_c) + y[0][j] : y[0][j];
+      }
+    }
   }
 }
 
@@ -106,34 +153,23 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
     main_loop<C>(stager, gemm, smem, steps, std::false_type{});
   }
 
-  // Output transform in R rounds (write_result, Algorithm 3 lines 12-18).
+  // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels at
+  // a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the adds'
+  // instructions and L2 requests.
   float* out = reinterpret_cast<float*>(smem4);
-  const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   const bool accumulate = args.kernel == 1 || link > 0;
+  const bool vector_adds = kVectorAtomics && grid.atomic && p.in_c % 4 == 0 &&
+                           reinterpret_cast<uintptr_t>(filter_grad) % sizeof(float4) == 0;
   static_for<0, C::R>([&](auto round) {
     constexpr int rnd = decltype(round)::value;
     __syncthreads();
     gemm.template stage_round<rnd>(out);
     __syncthreads();
     if (rnd == 0 && semaphore) wait_for_link(semaphore, link);  // the chain's previous link has added
-    for (int e = tid; e < C::round_rows * C::BM; e += kThreads) {
-      const int row = e / C::BM, col = e % C::BM;
-      const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
-                     row % Gemm::rows_per_round;
-      const int ic = work.ic0 + col;
-      if (oc >= out_c || ic >= in_c) continue;
-      float m[C::alpha], y[C::n];
-#pragma unroll
-      for (int i = 0; i < C::alpha; ++i) m[i] = out[(i * C::round_rows + row) * C::out_stride + col];
-      C::Tile::output(m, y);
-      float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
-#pragma unroll
-      for (int j = 0; j < C::n; ++j) {
-        if (grid.atomic)
-          atomicAdd(dst + j * in_c, y[j]);  // a reduction in L2 (RED), into the dW that dispatch.cu zeroed
-        else
-          dst[j * in_c] = accumulate ? __ldcg(dst + j * in_c) + y[j] : y[j];
-      }
+    if (vector_adds) {
+      write_round<C, Gemm, 4>(out, bucket, p, work, rnd, true, accumulate);
+    } else {
+      write_round<C, Gemm, 1>(out, bucket, p, work, rnd, grid.atomic, accumulate);
     }
   });
   if (semaphore) pass_link(semaphore, link + 1);
