@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -46,6 +46,8 @@ for stage in "$@"; do
         | tee "$OUT/accuracy-gpu.jsonl" | tail -6 ;;
     tune)
       (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
+    tune-highest)
+      (cd /tmp && python3 "$ROOT/tools/tune.py" highest) 2>&1 | tee "$OUT/tune-highest.jsonl" | grep geomean ;;
     tune-buckets)
       (cd /tmp && python3 "$ROOT/tools/tune.py" buckets) 2>&1 | tee "$OUT/tune-buckets.jsonl" | tail -120 ;;
     tune-sums)

@@ -1,6 +1,7 @@
 """Measurements that set the planner's constants on a GPU (run from outside the source tree).
 
 python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
+python tools/tune.py highest    # the same for the FP32 and split-TF32 paths, geomean over three layer shapes
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
 python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
 python tools/tune.py atomics    # time against Z with atomic adds -> kAtomicAddsPerSecond
@@ -52,18 +53,42 @@ def run(
     return plan, ms, flops
 
 
-def variants() -> None:
-    for path in PATHS:
+# Layers (batch, height, channels) of about 48 output columns on which `variants` times each kernel: the table's
+# layer, and with `highest`, one with few channels and a large batch and one with many channels and a small map.
+VARIANT_LAYERS = ((32, 32, 256), (128, 32, 64), (16, 16, 512))
+
+
+def variants(
+    paths: tuple[str, ...] = PATHS, layers: tuple[tuple[int, int, int], ...] = VARIANT_LAYERS[:1]
+) -> None:
+    for path in paths:
         for v in winrs_jax.variants():
             fw = 3 if v.n == 1 else v.n
             out_w = v.r * max(1, 48 // v.r)
-            plan, ms, flops = run(
-                32, 32, out_w + fw - 1, 256, 3, fw, ((0, 0), (0, 0)), PATH_DTYPES[path], kernels=(v.index, v.index),
-                path=path,
-            )  # fmt: skip
-            gemm_tflops = flops * v.alpha / (v.n * v.r) / ms / 1e9
-            print(json.dumps(dict(path=path, variant=v.name, ms=round(ms, 4), gemm_tflops=round(gemm_tflops, 1),
-                                  effective_tflops=round(flops / ms / 1e9, 1), segments=plan.segments)))  # fmt: skip
+            speeds = []
+            for n, h, c in layers:
+                plan, ms, flops = run(
+                    n, h, out_w + fw - 1, c, 3, fw, ((0, 0), (0, 0)), PATH_DTYPES[path], kernels=(v.index, v.index),
+                    path=path,
+                )  # fmt: skip
+                gemm_tflops = flops * v.alpha / (v.n * v.r) / ms / 1e9
+                speeds.append(gemm_tflops)
+                print(json.dumps(dict(path=path, variant=v.name, layer=f"{n}:{h}:{c}", ms=round(ms, 4),
+                                      gemm_tflops=round(gemm_tflops, 1), effective_tflops=round(flops / ms / 1e9, 1),
+                                      segments=plan.segments)), flush=True)  # fmt: skip
+            if len(layers) > 1:
+                geomean = float(np.exp(np.mean(np.log(speeds))))
+                print(
+                    json.dumps(
+                        dict(path=path, variant=v.name, layer="geomean", gemm_tflops=round(geomean, 1))
+                    )
+                )
+
+
+def highest() -> None:
+    """The two FP32-accurate paths (float32 HIGHEST) on three layer shapes: the planner chooses between them by
+    these coefficients."""
+    variants(("fp32", "tf32x3"), VARIANT_LAYERS)
 
 
 def segments() -> None:
@@ -155,6 +180,11 @@ def _sums_of_layer(text: str) -> None:
 
 
 if __name__ == "__main__":
-    {"variants": variants, "segments": segments, "buckets": buckets, "atomics": atomics, "sums": sums}[
-        sys.argv[1]
-    ]()
+    {
+        "variants": variants,
+        "highest": highest,
+        "segments": segments,
+        "buckets": buckets,
+        "atomics": atomics,
+        "sums": sums,
+    }[sys.argv[1]]()
