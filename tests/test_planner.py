@@ -128,13 +128,13 @@ def test_starved_layers_chain_their_segments():
 def test_segments_add_atomically_unless_determinism_is_asked(path, reference, monkeypatch):
     """By default the segments add into dW atomically on every path; XLA_FLAGS asking XLA for deterministic ops,
     deterministic=True or buckets give the fixed-order compensated bucket sum. Atomic plans need no workspace; Z
-    stops where the adds would take a tenth of the layer's modelled time (plan.cc, kAtomicShare: 4e11 adds per
+    stops where the adds would take a tenth of the layer's modelled time (plan.cc, kAtomicShare: 5.5e11 adds per
     second measured on an H100)."""
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     layer = (128, (28, 28), 128, 128, (3, 3), (1, 1, 1, 1), path, reference)
     plan = plan_canonical(*layer)
     assert plan.atomic and plan.workspace_elems == 0 and plan.buckets == 1
-    cap = 0.1 * plan.predicted_seconds * 4e11 / (9 * 128 * 128)
+    cap = 0.1 * plan.predicted_seconds * 5.5e11 / (9 * 128 * 128)
     assert plan.segments <= cap
     assert path != "bf16" or cap < plan.baseline_segments  # in bf16 the cap binds
     in_order = plan_canonical(*layer, PlannerOptions(deterministic=True))
@@ -291,7 +291,7 @@ def test_four_d_convolution_falls_back():
 @pytest.mark.parametrize(
     "path, reference, alpha_classes, largest_picked",
     [("fp32", "fp32", {2, 4, 8}, 8), ("fp32", "tf32", {2, 4, 8, 16}, 16), ("tf32x3", "fp32", {2, 4, 8}, 8),
-     ("tf32", "tf32", {2, 4, 8}, 8), ("bf16", "bf16", {2}, 2), ("fp16", "fp16", {2, 4}, 2)],
+     ("tf32", "tf32", {2, 4, 8}, 8), ("bf16", "bf16", {2}, 2), ("fp16", "fp16", {2, 4}, 4)],
 )  # fmt: skip
 def test_planner_picks_only_variants_the_accuracy_budget_admits(
     path, reference, alpha_classes, largest_picked
@@ -299,7 +299,7 @@ def test_planner_picks_only_variants_the_accuracy_budget_admits(
     """Over many filter and output widths the planner picks admitted variants only, among them the largest
     admitted alpha class. With the measured accuracies, alpha-16 kernels run only on an FP32-accurate path
     where TF32 accuracy was asked for, and 16-bit operands allow no Winograd kernel above alpha 4 (float16's
-    one admitted alpha-4 kernel is slower than its direct kernel)."""
+    one admitted alpha-4 kernel, Omega_4(2, 3), runs where the filter width is even)."""
     mare_budget, signed_budget = ACCURACY_BUDGET[reference]
     admitted = {
         v.index

@@ -23,11 +23,12 @@ constexpr double kChainWaves = 2;
 // faster with twice the segments of 4 waves; kWorkspaceShare below keeps the cost of that bounded.
 constexpr double kWaves = 8;
 // Atomic adds (segments.h): each segment adds its |dW| into dW in L2. Measured on H100 (tools/tune.py
-// atomics, 2026-11-23): past a few waves each segment more costs |dW| / (390-490 G/s) in bf16 and / (180-350
-// G/s) in TF32, its blocks' fixed work included. Z is cut where those adds would take more than
-// kAtomicShare of the layer's modelled time: bf16 3x3 128:28:128 ran 0.19 ms with 28 segments and 0.28 ms
-// with Algorithm 1's 252, while TF32 3x3 128:28:128 still gained up to 140 segments.
-constexpr double kAtomicAddsPerSecond = 4e11;
+// atomics, 2026-11-23, four channels per add on sm_90): past a few waves each segment more costs
+// |dW| / (560-640 G/s) in bf16 and / (420 G/s) in TF32, its blocks' fixed work included (one channel per add:
+// 390-490 and 180-350 G/s). Z is cut where those adds would take more than kAtomicShare of the layer's
+// modelled time: bf16 3x3 128:28:128 ran 0.19 ms with 28 segments and 0.28 ms with Algorithm 1's 252, while
+// TF32 3x3 128:28:128 still gained up to 140 segments.
+constexpr double kAtomicAddsPerSecond = 5.5e11;
 constexpr double kAtomicShare = 0.1;
 // The kernels sum each segment's output positions in FP32 registers, so dW's error grows with the positions
 // per segment. Measured on H100 at float32 HIGHEST (tools/tune.py sums, 2026-11-23, MARE on the paper's
