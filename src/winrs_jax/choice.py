@@ -202,9 +202,12 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list
         return result
     calls = {i: max(1, min(50, int(2e-3 / firsts[i]))) for i in sampled}
     samples: dict[int, list[float]] = {i: [] for i in sampled}
-    deadline = time.perf_counter() + budget_s
+    start = time.perf_counter()
+    deadline = start + budget_s
     while len(samples[0]) < 3 or (
-        len(samples[0]) < 15 and time.perf_counter() < deadline and not _settled(samples)
+        len(samples[0]) < 15
+        and time.perf_counter() < deadline
+        and not (time.perf_counter() - start >= SETTLE_AFTER_S and _settled(samples))
     ):
         for i in sampled:
             samples[i].append(sample_ms(fns[i], calls[i]))
@@ -213,9 +216,12 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list
     return result
 
 
-# Medians this far apart after three samples each settle the choice: more samples would not swap them, and on a
-# layer of 10 ms per call (a 3D layer in float32) each round costs tens of milliseconds of the first trace.
+# Medians this far apart after SETTLE_AFTER_S of sampling settle the choice: more samples would not swap them, and
+# on a layer of 10 ms per call (a 3D layer in float32) each round costs tens of milliseconds of the first trace.
+# Not sooner: the first few milliseconds run while the GPU's clock ramps up (three samples of 2 ms once chose a
+# WinRS that then ran at 0.50x).
 SETTLED_RATIO = 1.25
+SETTLE_AFTER_S = 0.1
 
 
 def _settled(samples: dict[int, list[float]]) -> bool:
