@@ -348,13 +348,17 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
     )  # fmt: skip
 
 
-def decide(plan: Plan, dtype: Any, precision: Any, alternatives: tuple[Plan, ...] = ()) -> Decision:
-    """The measured decision for a supported plan (and its alternatives on other paths): from the cache, or
-    measured now and remembered."""
+Alternatives = tuple[Plan, ...] | Callable[[], tuple[Plan, ...]]
+
+
+def decide(plan: Plan, dtype: Any, precision: Any, alternatives: Alternatives = ()) -> Decision:
+    """The measured decision for a supported plan (and its alternatives on other paths, planned only when the
+    layer is measured: a cached re-trace plans nothing more): from the cache, or measured now and remembered."""
     key = layer_key(plan, dtype, precision)
     decision = DECISIONS.get(key)
     if decision is None:
-        decision = _outside_trace(lambda: _measure(plan, dtype, precision, alternatives))
+        others = alternatives() if callable(alternatives) else alternatives
+        decision = _outside_trace(lambda: _measure(plan, dtype, precision, others))
         DECISIONS.put(key, decision)
         if not decision.winrs:
             _LOG.info(
@@ -390,9 +394,10 @@ def choose(
 ) -> tuple[bool, Decision | None, PlannerOptions | None]:
     """use_winrs for `plan` (of a layer with these shapes and ConvSpec), with auto mode's path alternatives; and
     the options to plan with: `options`, or where an alternative path measured faster, `options` pinned to it."""
-    alternatives = (
-        path_alternatives(lhs_shape, rhs_shape, dtype, spec, options, plan) if mode == "auto" else ()
-    )
+
+    def alternatives() -> tuple[Plan, ...]:
+        return path_alternatives(lhs_shape, rhs_shape, dtype, spec, options, plan)
+
     winrs, decision = use_winrs(plan, dtype, spec.precision, mode, alternatives)
     if winrs and decision and decision.path and decision.path != plan.path:
         options = with_path(options, decision.path)
@@ -404,7 +409,7 @@ def use_winrs(
     dtype: Any,
     precision: Any,
     forced_mode: str | None = None,
-    alternatives: tuple[Plan, ...] = (),
+    alternatives: Alternatives = (),
 ) -> tuple[bool, Decision | None]:
     """Whether WinRS computes this layer's filter gradient, and the measured decision behind it in auto mode (whose
     path, where set, is the one of `plan` and `alternatives` that measured fastest)."""
