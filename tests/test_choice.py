@@ -263,7 +263,7 @@ def test_a_settled_choice_stops_sampling():
     assert calls["winrs"] > 2 + 3  # close timings: sampled until the budget
     calls.update(xla=0, winrs=0)
     choice._time_all([timed("xla", 0.002), timed("winrs", 0.004)], budget_s=10.0)
-    assert calls["winrs"] >= 2 + 10  # clear but fast: sampled for 0.1 s first (rounds of 6 ms and more)
+    assert calls["winrs"] >= 2 + 5  # clear but fast: sampled for 0.1 s first, not settled after three rounds
 
 
 def test_samples_alternate_between_the_two():
