@@ -34,7 +34,7 @@ constexpr int chunk_phases(int chunks) {
   return p;
 }
 
-template <int V, Path P>
+template <int V, Path P, bool Narrow = false>
 struct OmegaConfig {
   using Tile = TileMath<V>;
   static constexpr int variant = V;
@@ -45,7 +45,10 @@ struct OmegaConfig {
   using Smem = typename SmemType<operand>::T;                     // staged GEMM operands
 
   static constexpr int alpha = Tile::alpha, n = Tile::n, r = Tile::r;
-  static constexpr int BN = kVariants[V].shape(P).block_oc, BM = kVariants[V].shape(P).block_ic;
+  // The table's block, or the direct kernel's 64 x 64 one for layers of at most 64 channels (variants.h).
+  static_assert(!Narrow || narrow_block(V, P, kNarrowBlock, kNarrowBlock));
+  static constexpr int BN = Narrow ? kNarrowBlock : kVariants[V].shape(P).block_oc;
+  static constexpr int BM = Narrow ? kNarrowBlock : kVariants[V].shape(P).block_ic;
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
 

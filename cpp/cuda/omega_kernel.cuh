@@ -105,9 +105,10 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
   }
 }
 
-template <int V, Path P>
-__global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) omega_kernel(OmegaArgs args) {
-  using C = OmegaConfig<V, P>;
+template <int V, Path P, bool Narrow>
+__global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow>::blocks_per_sm)
+    omega_kernel(OmegaArgs args) {
+  using C = OmegaConfig<V, P, Narrow>;
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
   using Smem = typename C::Smem;
@@ -175,13 +176,13 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P>::blocks_per_sm) om
   if (semaphore) pass_link(semaphore, link + 1);
 }
 
-template <int V, Path P>
+template <int V, Path P, bool Narrow>
 cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
-  using C = OmegaConfig<V, P>;
+  using C = OmegaConfig<V, P, Narrow>;
   const long long blocks = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535)
     return cudaErrorInvalidConfiguration;
-  auto* kernel = omega_kernel<V, P>;
+  auto* kernel = omega_kernel<V, P, Narrow>;
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
       e != cudaSuccess)
@@ -207,7 +208,15 @@ cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t str
   (
       [&] {
         if constexpr (kVariants[Vs].alpha_class() == AlphaClass) {
-          if (variant == Vs) result = launch_variant<Vs, P>(args, stream);
+          if (variant != Vs) return;
+          // The block the planner counted (plan.cc, blocks_per_segment): the same function of the channels.
+          if constexpr (narrow_block(Vs, P, kNarrowBlock, kNarrowBlock)) {
+            if (narrow_block(Vs, P, args.problem.out_c, args.problem.in_c)) {
+              result = launch_variant<Vs, P, true>(args, stream);
+              return;
+            }
+          }
+          result = launch_variant<Vs, P, false>(args, stream);
         }
       }(),
       ...);
