@@ -89,6 +89,40 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
   }
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 and later);
+// zeros where !valid (a source size of 0 reads nothing). Completion by cp_async_commit / cp_async_wait.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :
+               : "r"(address), "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most Pending of this thread's committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// Division by a divisor fixed for the kernel, as a multiply-high and a shift (Granlund and Montgomery 1994):
+// q = (umulhi(n, m) + n) >> s with s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, exact for
+// 0 <= n < 2^31 and 1 <= d < 2^31 (the sum stays below 2^32).
+struct FastDivider {
+  int divisor;
+  unsigned multiplier;
+  int shift;
+
+  __device__ void init(int d) {
+    divisor = d;
+    shift = d > 1 ? 32 - __clz(d - 1) : 0;
+    multiplier = unsigned(((1ull << 32) * ((1ull << shift) - unsigned(d))) / unsigned(d) + 1);
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return int((__umulhi(unsigned(n), multiplier) + unsigned(n)) >> shift);
+  }
+};
+
 // Shared-memory words of GEMM operands: two 16-bit operands (rounded to nearest even) per word, or one FP32
 // word (TF32 rounded as cvt.rna; split TF32 and FP32 keep the value, split at the fragment load).
 template <Operand O>

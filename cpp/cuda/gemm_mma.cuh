@@ -131,11 +131,15 @@ struct MmaGemm {
     }
   }
 
-  // TF32 operands were rounded at the shared-memory store; split TF32 makes both parts here.
+  // TF32 operands were rounded at the shared-memory store, or land unrounded by copy staging and are rounded
+  // here; split TF32 makes both parts here.
   __device__ static void split_operand(float v, uint32_t& high, uint32_t& low) {
     if constexpr (split) {
       high = tf32_bits(v);
       low = tf32_bits(v - __uint_as_float(high));
+    } else if constexpr (C::copy) {
+      high = tf32_bits(v);
+      low = 0;
     } else {
       high = __float_as_uint(v);
       low = 0;

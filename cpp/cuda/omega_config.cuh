@@ -34,7 +34,7 @@ constexpr int chunk_phases(int chunks) {
   return p;
 }
 
-template <int V, Path P, bool Narrow = false>
+template <int V, Path P, bool Narrow = false, bool Copy = false>
 struct OmegaConfig {
   using Tile = TileMath<V>;
   static constexpr int variant = V;
@@ -88,7 +88,19 @@ struct OmegaConfig {
   }
   static constexpr int R = rounds();
   static constexpr int round_rows = BN / R;
-  static constexpr size_t smem_bytes = gemm_bytes;
+
+  // Copy staging (staging.cuh, CopyStager) of the direct kernel on the tensor-core paths, where X and dY go
+  // to shared memory untransformed: cp.async straight from global memory, copy_stages steps in flight, each
+  // step copy_substeps K-blocks of the GEMM (stage layouts as above, one after the other). Register staging
+  // kept one 16-unit step in flight, about a tenth of the global loads' latency of the GEMM's time there (the
+  // direct bf16 kernel ran at 142 GEMM TFLOP/s). TF32 operands land unrounded and are rounded at the fragment
+  // load.
+  static constexpr bool copy = Copy;
+  static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
+  static constexpr int copy_substeps = 4, copy_stages = 3;
+  static constexpr int copy_units = copy_substeps * K;  // units per copy step
+  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_substeps * stage * sizeof(Smem);
+  static constexpr size_t smem_bytes = Copy && copy_bytes > gemm_bytes ? copy_bytes : gemm_bytes;
 };
 
 }  // namespace winrs::cuda

@@ -60,6 +60,35 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
   }
 }
 
+// Main loop of copy staging: copy_stages - 1 steps of cp.async in flight while the GEMM runs through one.
+// The barrier at the top of a step both publishes its copies and retires the buffer that the copies issued
+// next will overwrite (the one the previous step read).
+template <class C, class Gemm>
+__device__ __forceinline__ void copy_main_loop(CopyStager<C>& stager, Gemm& gemm, typename C::Smem* smem,
+                                               int steps) {
+  constexpr int stages = C::copy_stages, step_elems = C::copy_substeps * C::stage;
+#pragma unroll
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < steps) stager.issue(smem + s * step_elems);
+    cp_async_commit();  // empty groups keep the count of pending groups uniform
+  }
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<stages - 2>();
+    __syncthreads();
+    if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
+    cp_async_commit();
+    const typename C::Smem* current = smem + s % stages * step_elems;
+    if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
+#pragma unroll 1
+      for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.template run<0>(current + sub * C::stage);
+    } else {
+      static_for<0, C::copy_substeps>(
+          [&](auto sub) { gemm.template run<0>(current + decltype(sub)::value * C::stage); });
+    }
+  }
+  cp_async_wait<0>();
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kVectorAtomics = true;  // atomicAdd(float4*, float4)
 #else
@@ -105,10 +134,10 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
   }
 }
 
-template <int V, Path P, bool Narrow>
-__global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow>::blocks_per_sm)
+template <int V, Path P, bool Narrow, bool Copy>
+__global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow, Copy>::blocks_per_sm)
     omega_kernel(OmegaArgs args) {
-  using C = OmegaConfig<V, P, Narrow>;
+  using C = OmegaConfig<V, P, Narrow, Copy>;
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
   using Smem = typename C::Smem;
@@ -135,23 +164,28 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow>::blocks_pe
                             : reinterpret_cast<unsigned*>(workspace + args.semaphore_offset) +
                                   (long long)bucket_index * scheduler.tiles_per_segment() + work.slot;
   const UnitWalk walk = make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
-  const int steps = (walk.units() + C::K - 1) / C::K;
-
-  Stager<C> stager;
-  stager.init(tid, p, work, walk, input, out_grad);
   Gemm gemm;
   gemm.init(tid);
 
-  // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
-  // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a second
-  // copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes of stack,
-  // generic stores).
-  if constexpr (C::chunked || C::blocks_per_sm > 1) {
-    main_loop<C>(stager, gemm, smem, steps, stager.vectors);
-  } else if (stager.vectors) {
-    main_loop<C>(stager, gemm, smem, steps, std::true_type{});
+  if constexpr (C::copy) {
+    CopyStager<C> stager;
+    stager.init(tid, p, work, walk, input, out_grad);
+    copy_main_loop<C>(stager, gemm, smem, (walk.units() + C::copy_units - 1) / C::copy_units);
   } else {
-    main_loop<C>(stager, gemm, smem, steps, std::false_type{});
+    Stager<C> stager;
+    stager.init(tid, p, work, walk, input, out_grad);
+    const int steps = (walk.units() + C::K - 1) / C::K;
+    // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
+    // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a second
+    // copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes of stack,
+    // generic stores).
+    if constexpr (C::chunked || C::blocks_per_sm > 1) {
+      main_loop<C>(stager, gemm, smem, steps, stager.vectors);
+    } else if (stager.vectors) {
+      main_loop<C>(stager, gemm, smem, steps, std::true_type{});
+    } else {
+      main_loop<C>(stager, gemm, smem, steps, std::false_type{});
+    }
   }
 
   // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels at
@@ -176,13 +210,13 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow>::blocks_pe
   if (semaphore) pass_link(semaphore, link + 1);
 }
 
-template <int V, Path P, bool Narrow>
+template <int V, Path P, bool Narrow, bool Copy>
 cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
-  using C = OmegaConfig<V, P, Narrow>;
+  using C = OmegaConfig<V, P, Narrow, Copy>;
   const long long blocks = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535)
     return cudaErrorInvalidConfiguration;
-  auto* kernel = omega_kernel<V, P, Narrow>;
+  auto* kernel = omega_kernel<V, P, Narrow, Copy>;
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
       e != cudaSuccess)
@@ -201,6 +235,25 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
   return cudaLaunchKernelEx(&config, kernel, args);
 }
 
+// Whether the direct kernel can stage by cp.async (CopyStager): 16-byte pieces of channels, from 16-byte
+// aligned tensors and group strides.
+template <Path P>
+bool copy_staging_fits(const OmegaArgs& args) {
+  constexpr long long elements = 16 / storage_bytes(P);
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return args.problem.out_c % elements == 0 && args.problem.in_c % elements == 0 && aligned(args.input) &&
+         aligned(args.out_grad) && args.input_group_stride % elements == 0 &&
+         args.grad_group_stride % elements == 0;
+}
+
+template <int V, Path P, bool Narrow>
+cudaError_t launch_staging(const OmegaArgs& args, cudaStream_t stream) {
+  if constexpr (V == 0 && path_info(P).tensor_cores) {
+    if (copy_staging_fits<P>(args)) return launch_variant<V, P, Narrow, true>(args, stream);
+  }
+  return launch_variant<V, P, Narrow, false>(args, stream);
+}
+
 template <Path P, int AlphaClass, int... Vs>
 cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t stream,
                             std::integer_sequence<int, Vs...>) {
@@ -212,11 +265,11 @@ cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t str
           // The block the planner counted (plan.cc, blocks_per_segment): the same function of the channels.
           if constexpr (narrow_block(Vs, P, kNarrowBlock, kNarrowBlock)) {
             if (narrow_block(Vs, P, args.problem.out_c, args.problem.in_c)) {
-              result = launch_variant<Vs, P, true>(args, stream);
+              result = launch_staging<Vs, P, true>(args, stream);
               return;
             }
           }
-          result = launch_variant<Vs, P, false>(args, stream);
+          result = launch_staging<Vs, P, false>(args, stream);
         }
       }(),
       ...);
