@@ -29,8 +29,8 @@ bool check(cudaError_t e, const char* what) {
 // Worst |gpu - cpu| relative to max |cpu| that still means "same function": the operand rounding is the same
 // on both sides, but a transform value that lands near a rounding tie may round differently, so the bound
 // follows the variant's own error on the path (its MARE, variants.h); an indexing error is of order 1.
-// The alpha-16 output transforms multiply such a flip by the largest coefficients: TF32 Omega_16(9, 8) reached
-// 11.4x its MARE in max error (2026-11-23), hence 25x there.
+// The alpha-16 output transforms multiply such a flip by the largest coefficients: TF32 Omega_16(9, 8)
+// reached 11.4x its MARE in max error (2026-11-23), hence 25x there.
 double tolerance(winrs::Path path, int variant) {
   const winrs::Variant& var = winrs::kVariants[variant];
   return std::fmax(1e-6, (var.alpha_class() == 16 ? 25 : 10) * var.shape(path).mare);
