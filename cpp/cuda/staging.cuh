@@ -224,29 +224,27 @@ struct UnitStager {
 
 // Copy staging of the direct kernel on the tensor-core paths (OmegaConfig::copy): its transforms are the
 // identity, so X and dY go from global to shared memory by cp.async, 16 bytes per copy, with no registers
-// between. Each thread copies kPieces 16-byte pieces of one unit per step on both sides, kThreadsPerUnit
-// threads per unit taking interleaved pieces (a warp's copies of one instruction fill whole 32-byte sectors),
-// so that the unit's place in the walk (two fast divisions of its number: a cursor stepping 64 units at once
-// through a batch of 1 would loop 64 times) and its addresses are computed once per step. Needs channel
-// counts that are multiples of 16 bytes and 16-byte aligned tensors (launch_in_class checks).
+// between. Each thread copies one 16-byte piece of the same channels of `passes` units per step, on both
+// sides; a unit's place in the walk comes from its number by two fast divisions (a cursor stepping 64 units
+// at once through a batch of 1 would loop 64 times). Needs channel counts that are multiples of 16 bytes and
+// 16-byte aligned tensors (launch_in_class checks).
 template <class C>
 struct CopyStager {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   static_assert(sizeof(T) == sizeof(Smem), "the operands are staged as stored");
-  static constexpr int kElements = 16 / int(sizeof(T));                // per copy
-  static constexpr int kPerUnit = C::BN / kElements;                   // copies per unit and side
-  static constexpr int kPieces = kPerUnit * C::copy_units / kThreads;  // per thread, unit and side
-  static constexpr int kThreadsPerUnit = kPerUnit / kPieces;
-  static_assert(kPerUnit * kElements == C::BN && kPieces >= 1 && kPieces * kThreadsPerUnit == kPerUnit &&
-                kThreads / kThreadsPerUnit == C::copy_units);
+  static constexpr int kElements = 16 / int(sizeof(T));          // per copy
+  static constexpr int kPerUnit = C::BN / kElements;             // copies per unit and side
+  static constexpr int kUnitsPerPass = kThreads / kPerUnit;      // units the block copies at once
+  static constexpr int kPasses = C::copy_units / kUnitsPerPass;  // per thread and step
+  static_assert(kPerUnit * kElements == C::BN && kThreads % kPerUnit == 0 &&
+                kPasses * kUnitsPerPass == C::copy_units);
 
-  const T* out_grad;  // dY and X at this thread's first channel
+  const T* out_grad;  // dY and X at this thread's channels
   const T* input;
   int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
-  int unit, next_unit;          // this thread's unit in a step; the first unit of the next step
-  int dst;                      // its first piece's offset in a step's shared memory (dY side)
-  unsigned oc_valid, ic_valid;  // bit i: piece i holds channels of the layer
+  int channel, first_unit, next_unit;  // next_unit: the first unit of the next step
+  bool oc_valid, ic_valid;
   UnitWalk walk;
   FastDivider by_batch, by_row;
 
@@ -256,18 +254,13 @@ struct CopyStager {
     in_h = int(p.in_h), in_w = int(p.in_w);
     row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
     col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 - pad_left
-    unit = tid / kThreadsPerUnit;
+    channel = (tid % kPerUnit) * kElements;
+    first_unit = tid / kPerUnit;
     next_unit = 0;
-    const int channel = tid % kThreadsPerUnit * kElements;
-    dst = (unit / C::K) * C::stage + (unit % C::K) * C::gs_stride + channel;
-    oc_valid = ic_valid = 0;
-#pragma unroll
-    for (int i = 0; i < kPieces; ++i) {
-      oc_valid |= unsigned(work.oc0 + channel + i * kThreadsPerUnit * kElements < out_c) << i;
-      ic_valid |= unsigned(work.ic0 + channel + i * kThreadsPerUnit * kElements < in_c) << i;
-    }
-    out_grad = dy + work.oc0 + channel;  // dereferenced only for valid pieces
-    input = x + work.ic0 + channel;
+    oc_valid = work.oc0 + channel < out_c;
+    ic_valid = work.ic0 + channel < in_c;
+    out_grad = dy + (oc_valid ? work.oc0 + channel : 0);
+    input = x + (ic_valid ? work.ic0 + channel : 0);
     walk = w;
     by_batch.init(w.batch);
     by_row.init(w.units_per_row);
@@ -275,24 +268,24 @@ struct CopyStager {
 
   // The next step's units into `stage` (copy_substeps stage layouts of K units each); commits no group.
   __device__ void issue(Smem* stage) {
-    const int u = next_unit + unit;
-    next_unit += C::copy_units;
-    const int q = by_batch.div(u), image = u - q * walk.batch;
-    const int row = by_row.div(q), col = q - row * walk.units_per_row;
-    const bool valid = row < walk.rows;
-    const int oh = walk.row_begin + row, ow = walk.w_begin + col * C::r, in_col = ow + col_offset;
-    const bool input_valid = valid && column_in_bounds(in_col, in_w);
-    const T* grad = out_grad + (valid ? ((image * out_h + oh) * out_w + ow) * out_c : 0);
-    const T* x = input + (input_valid ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c : 0);
-    Smem* gs = stage + dst;
-    Smem* ds = gs + C::filter_stage + (unit % C::K) * (C::ds_stride - C::gs_stride);
-    constexpr int step = kThreadsPerUnit * kElements;  // channels between a thread's pieces
 #pragma unroll
-    for (int i = 0; i < kPieces; ++i) {
-      const bool grad_ok = valid && (oc_valid >> i & 1), x_ok = input_valid && (ic_valid >> i & 1);
-      cp_async_16(gs + i * step, grad_ok ? grad + i * step : out_grad, grad_ok);
-      cp_async_16(ds + i * step, x_ok ? x + i * step : input, x_ok);
+    for (int i = 0; i < kPasses; ++i) {
+      const int k = first_unit + i * kUnitsPerPass, u = next_unit + k;
+      const int q = by_batch.div(u), image = u - q * walk.batch;
+      const int row = by_row.div(q), col = q - row * walk.units_per_row;
+      const bool valid = row < walk.rows;
+      const int oh = walk.row_begin + row, ow = walk.w_begin + col * C::r;
+      Smem* sub = stage + (k / C::K) * C::stage;  // the K-block's stage layout
+      const bool grad_valid = valid && oc_valid;
+      cp_async_16(sub + (k % C::K) * C::gs_stride + channel,
+                  out_grad + (grad_valid ? ((image * out_h + oh) * out_w + ow) * out_c : 0), grad_valid);
+      const int in_col = ow + col_offset;
+      const bool input_valid = valid && ic_valid && column_in_bounds(in_col, in_w);
+      cp_async_16(sub + C::filter_stage + (k % C::K) * C::ds_stride + channel,
+                  input + (input_valid ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c : 0),
+                  input_valid);
     }
+    next_unit += C::copy_units;
   }
 };
 
