@@ -78,7 +78,7 @@ __device__ __forceinline__ void copy_main_loop(CopyStager<C>& stager, Gemm& gemm
     if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
     cp_async_commit();
     const typename C::Smem* current = smem + s % stages * step_elems;
-    if constexpr (!Gemm::sixteen_bit) {  // unrolled, the TF32 fragments spilled (split TF32 at 255 registers)
+    if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
 #pragma unroll 1
       for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.template run<0>(current + sub * C::stage);
     } else {
