@@ -90,11 +90,11 @@ struct OmegaConfig {
   static constexpr int round_rows = BN / R;
 
   // Copy staging (staging.cuh, CopyStager) of the direct kernel on the tensor-core paths, where X and dY go
-  // to shared memory untransformed: cp.async straight from global memory, copy_stages steps in flight, each
-  // step copy_substeps K-blocks of the GEMM (stage layouts as above, one after the other). Register staging
-  // kept one 16-unit step in flight, about a tenth of the global loads' latency of the GEMM's time there (the
-  // direct bf16 kernel ran at 142 GEMM TFLOP/s). TF32 operands land unrounded and are rounded at the fragment
-  // load.
+  // to shared memory untransformed: cp.async straight from global memory into copy_stages buffers, all but
+  // one in flight, each step copy_substeps K-blocks of the GEMM (stage layouts as above, one after the
+  // other). Register staging kept one 16-unit step in flight, whose GEMM (about 130 tensor cycles per block)
+  // hid a fraction of the loads' latency: the direct bf16 kernel ran at 142 GEMM TFLOP/s, now 224. TF32
+  // operands land unrounded and are rounded at the fragment load.
   static constexpr bool copy = Copy;
   static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
   static constexpr int copy_substeps = 4, copy_stages = 3;
