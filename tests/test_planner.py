@@ -113,12 +113,13 @@ def test_workspace_bound_counts_bytes(path, element_bytes):
 
 def test_starved_layers_chain_their_segments():
     """bf16 3x3 128:14:256: the workspace bound allows 2 buckets, whose 2 segments would give 96 blocks of
-    kernel 0 for 132 SMs (0.53 ms on an H100). The segments share the 2 buckets in chains instead (14
-    segments, 0.27-0.34 ms measured with 4 and 2 buckets). Where one bucket per segment fills the GPU, the plan
-    keeps one each (ResNet 3x3 128:56:64: 56 segments, 168 blocks)."""
+    kernel 0 (48 filter-row tiles each) for 132 SMs. The segments share the 2 buckets in chains instead (0.27-0.34
+    ms measured with 4 and 2 buckets against 0.53 ms, before the filter-row tile). Where one bucket per segment
+    fills the GPU, the plan keeps one each (ResNet 3x3 128:56:64)."""
     in_order = PlannerOptions(deterministic=True)
     starved = plan_canonical(128, (14, 14), 256, 256, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
-    assert starved.buckets == 2 and starved.segments > 8 and starved.chain == -(-starved.segments // 2)
+    assert starved.buckets == 2 and starved.segments > 2 * starved.buckets
+    assert starved.chain == -(-starved.segments // 2)
     full = plan_canonical(128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
     assert full.chain == 1 and full.segments == full.buckets
 

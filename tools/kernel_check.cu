@@ -54,10 +54,12 @@ std::vector<char> random_tensor(int64_t elems, winrs::Storage storage, float sca
   return out;
 }
 
-// The dY map of a case: batch x out_h x out_w (0: 2 r + 1 columns), cut into `segments` segments.
+// The dY map of a case: batch x out_h x out_w (0: 2 r + 1 columns), cut into `segments` segments; the filter
+// width (0: n, or 3 for the direct kernel).
 struct Layer {
   int64_t batch = 2, out_h = 7, out_w = 0;
   int segments = 3;
+  int64_t filter_w = 0;
 };
 
 bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool atomic, std::mt19937& gen,
@@ -66,7 +68,8 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   const winrs::PathInfo& info = winrs::path_info(path);
   // Height and width padding, two kernels (v and the direct one), several segments, one bucket each, all
   // in one chain (buckets = 1) or adding atomically.
-  const int64_t filter_w = var.n == 1 ? 3 : var.n, out_w = layer.out_w > 0 ? layer.out_w : 2 * var.r + 1;
+  const int64_t filter_w = layer.filter_w > 0 ? layer.filter_w : var.n == 1 ? 3 : var.n;
+  const int64_t out_w = layer.out_w > 0 ? layer.out_w : 2 * var.r + 1;
   const int64_t in_w = out_w + filter_w - 1 - 1;
   winrs::Shapes shapes{{layer.batch, layer.out_h, in_w, in_c},
                        {layer.batch, layer.out_h, out_w, out_c},
@@ -117,11 +120,12 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   }
   const bool close = finite && worst <= tolerance(path, v) * scale;
   std::printf(
-      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld Z=%lld B=%lld%s  max |gpu - cpu| / max |cpu| = %.2e "
+      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld B=%lld%s  max |gpu - cpu| / max |cpu| = "
+      "%.2e "
       "%s\n",
       info.name, var.alpha_class(), var.n, var.r, in_c, out_c, (long long)layer.batch, (long long)layer.out_h,
-      (long long)out_w, (long long)op.plan.segments, (long long)op.plan.buckets, atomic ? " atomic" : "",
-      worst / scale, ok && close ? "ok" : "FAILED");
+      (long long)out_w, (long long)filter_w, (long long)op.plan.segments, (long long)op.plan.buckets,
+      atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
   cudaFree(dx);
   cudaFree(ddy);
   cudaFree(ddw);
@@ -149,14 +153,15 @@ int main(int argc, char** argv) {
       for (int v = 0; v < winrs::kNumVariants; ++v, ++cases)
         failures += !run_case(static_cast<winrs::Path>(path), v, in_c, out_c, buckets, atomic, gen);
     // The direct kernel's copy staging (channels in 16-byte pieces) over many steps of its pipeline: an odd
-    // batch, a partial second channel block (136, 72), the 64 x 64 block (40:56, 64:64).
-    for (const auto& [in_c, out_c, buckets, atomic] : {std::tuple{136, 72, 0, false},
-                                                       std::tuple{40, 56, 1, false},
-                                                       {64, 64, 0, true},
-                                                       {136, 72, 0, true}}) {
+    // batch, partial channel blocks (136, 72), one block (40:56, 64:64); filter widths of 3 and 6 run its
+    // filter-row tile on the tensor-core paths (5 does not), segments narrower than a step (width 5).
+    for (const auto& [in_c, out_c, buckets, atomic, out_w, filter_w] :
+         {std::tuple{136, 72, 0, false, 17, 3}, std::tuple{40, 56, 1, false, 17, 3},
+          std::tuple{64, 64, 0, true, 17, 3}, std::tuple{136, 72, 0, true, 17, 3},
+          std::tuple{48, 40, 0, false, 5, 6}, std::tuple{48, 40, 1, false, 23, 5}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
-                            Layer{3, 20, 17, 2});
+                            Layer{3, 20, out_w, 2, filter_w});
     }
   }
   std::printf("%d failures in %d cases\n", failures, cases);

@@ -57,6 +57,9 @@ struct MmaGemm {
           for (int e = 0; e < 4; ++e) acc[s][mi][ni][e] = 0.0f;
   }
 
+  // K-block `sub` of a copy-staged step (OmegaConfig::copy): copy_substeps stage layouts one after another.
+  __device__ void run_step(const Smem* step, int sub) { run<0>(step + sub * C::stage); }
+
   template <int Part>
   __device__ void run(const Smem* stage) {
 #pragma unroll

@@ -95,11 +95,13 @@ struct OmegaConfig {
   // other). Register staging kept one 16-unit step in flight, whose GEMM (about 130 tensor cycles per block)
   // hid a fraction of the loads' latency: the direct bf16 kernel ran at 142 GEMM TFLOP/s, now 224. TF32
   // operands land unrounded and are rounded at the fragment load.
+  static constexpr int taps = 1;  // filter columns per block of the direct kernel (direct_taps.cuh: more)
   static constexpr bool copy = Copy;
   static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
   static constexpr int copy_substeps = 4, copy_stages = 3;
   static constexpr int copy_units = copy_substeps * K;  // units per copy step
-  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_substeps * stage * sizeof(Smem);
+  static constexpr int copy_step_elems = copy_substeps * stage;
+  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   static constexpr size_t smem_bytes = Copy && copy_bytes > gemm_bytes ? copy_bytes : gemm_bytes;
 };
 

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda/direct_taps.cuh"
 #include "cuda/gemm_ffma.cuh"
 #include "cuda/gemm_mma.cuh"
 #include "cuda/omega.h"
@@ -29,7 +30,10 @@
 namespace winrs::cuda {
 
 template <class C>
-using GemmPolicy = std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>;
+using GemmPolicy = std::conditional_t<(C::taps > 1), TapsGemm<C>,
+                                      std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>>;
+template <class C>
+using CopyStagerFor = std::conditional_t<(C::taps > 1), TapsStager<C>, CopyStager<C>>;
 
 // Main loop with software pipelining: the next step's global loads are in flight during this step's GEMM,
 // one load phase per part of the GEMM. A function rather than a lambda: the lambda's by-reference captures
@@ -63,10 +67,10 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
 // Main loop of copy staging: copy_stages - 1 steps of cp.async in flight while the GEMM runs through one.
 // The barrier at the top of a step both publishes its copies and retires the buffer that the copies issued
 // next will overwrite (the one the previous step read).
-template <class C, class Gemm>
-__device__ __forceinline__ void copy_main_loop(CopyStager<C>& stager, Gemm& gemm, typename C::Smem* smem,
+template <class C, class Stager, class Gemm>
+__device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typename C::Smem* smem,
                                                int steps) {
-  constexpr int stages = C::copy_stages, step_elems = C::copy_substeps * C::stage;
+  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
 #pragma unroll
   for (int s = 0; s < stages - 1; ++s) {
     if (s < steps) stager.issue(smem + s * step_elems);
@@ -80,10 +84,9 @@ __device__ __forceinline__ void copy_main_loop(CopyStager<C>& stager, Gemm& gemm
     const typename C::Smem* current = smem + s % stages * step_elems;
     if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
 #pragma unroll 1
-      for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.template run<0>(current + sub * C::stage);
+      for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.run_step(current, sub);
     } else {
-      static_for<0, C::copy_substeps>(
-          [&](auto sub) { gemm.template run<0>(current + decltype(sub)::value * C::stage); });
+      static_for<0, C::copy_substeps>([&](auto sub) { gemm.run_step(current, decltype(sub)::value); });
     }
   }
   cp_async_wait<0>();
@@ -134,10 +137,8 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
   }
 }
 
-template <int V, Path P, bool Narrow, bool Copy>
-__global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow, Copy>::blocks_per_sm)
-    omega_kernel(OmegaArgs args) {
-  using C = OmegaConfig<V, P, Narrow, Copy>;
+template <class C>
+__global__ void __launch_bounds__(kThreads, C::blocks_per_sm) omega_kernel(OmegaArgs args) {
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
   using Smem = typename C::Smem;
@@ -168,9 +169,9 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow, Copy>::blo
   gemm.init(tid);
 
   if constexpr (C::copy) {
-    CopyStager<C> stager;
+    CopyStagerFor<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
-    copy_main_loop<C>(stager, gemm, smem, (walk.units() + C::copy_units - 1) / C::copy_units);
+    copy_main_loop<C>(stager, gemm, smem, stager.steps());
   } else {
     Stager<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
@@ -210,13 +211,12 @@ __global__ void __launch_bounds__(kThreads, OmegaConfig<V, P, Narrow, Copy>::blo
   if (semaphore) pass_link(semaphore, link + 1);
 }
 
-template <int V, Path P, bool Narrow, bool Copy>
-cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
-  using C = OmegaConfig<V, P, Narrow, Copy>;
+template <class C>
+cudaError_t launch_config(const OmegaArgs& args, cudaStream_t stream) {
   const long long blocks = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535)
     return cudaErrorInvalidConfiguration;
-  auto* kernel = omega_kernel<V, P, Narrow, Copy>;
+  auto* kernel = omega_kernel<C>;
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
       e != cudaSuccess)
@@ -235,23 +235,37 @@ cudaError_t launch_variant(const OmegaArgs& args, cudaStream_t stream) {
   return cudaLaunchKernelEx(&config, kernel, args);
 }
 
-// Whether the direct kernel can stage by cp.async (CopyStager): 16-byte pieces of channels, from 16-byte
-// aligned tensors and group strides.
+// Whether X and dY can be copied in 16-byte pieces (CopyStager, TapsStager): 16-byte aligned tensors and
+// group strides (the channel counts are checked with the tile shape).
 template <Path P>
-bool copy_staging_fits(const OmegaArgs& args) {
+bool aligned_for_copies(const OmegaArgs& args) {
   constexpr long long elements = 16 / storage_bytes(P);
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return args.problem.out_c % elements == 0 && args.problem.in_c % elements == 0 && aligned(args.input) &&
-         aligned(args.out_grad) && args.input_group_stride % elements == 0 &&
+  return aligned(args.input) && aligned(args.out_grad) && args.input_group_stride % elements == 0 &&
          args.grad_group_stride % elements == 0;
 }
 
-template <int V, Path P, bool Narrow>
-cudaError_t launch_staging(const OmegaArgs& args, cudaStream_t stream) {
-  if constexpr (V == 0 && path_info(P).tensor_cores) {
-    if (copy_staging_fits<P>(args)) return launch_variant<V, P, Narrow, true>(args, stream);
+// The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
+// XLA's buffers are aligned, a misaligned caller gets an error rather than a grid the plan did not count),
+// else one column per block, copy-staged where the channels and pointers allow.
+template <Path P>
+cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
+  const Problem& p = args.problem;
+  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c);
+  if constexpr (path_info(P).tensor_cores) {
+    constexpr long long piece = 16 / storage_bytes(P);
+    const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
+    if (shape.columns == kDirectTaps) {
+      if (!copies) return cudaErrorMisalignedAddress;
+      return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
+    }
+    if (shape.block_oc == kNarrowBlock) {
+      return copies ? launch_config<OmegaConfig<0, P, true, true>>(args, stream)
+                    : launch_config<OmegaConfig<0, P, true, false>>(args, stream);
+    }
+    if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }
-  return launch_variant<V, P, Narrow, false>(args, stream);
+  return launch_config<OmegaConfig<0, P, false, false>>(args, stream);
 }
 
 template <Path P, int AlphaClass, int... Vs>
@@ -262,14 +276,11 @@ cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t str
       [&] {
         if constexpr (kVariants[Vs].alpha_class() == AlphaClass) {
           if (variant != Vs) return;
-          // The block the planner counted (plan.cc, blocks_per_segment): the same function of the channels.
-          if constexpr (narrow_block(Vs, P, kNarrowBlock, kNarrowBlock)) {
-            if (narrow_block(Vs, P, args.problem.out_c, args.problem.in_c)) {
-              result = launch_staging<Vs, P, true>(args, stream);
-              return;
-            }
+          if constexpr (Vs == 0) {
+            result = launch_direct<P>(args, stream);
+          } else {
+            result = launch_config<OmegaConfig<Vs, P>>(args, stream);
           }
-          result = launch_staging<Vs, P, false>(args, stream);
         }
       }(),
       ...);

@@ -266,6 +266,8 @@ struct CopyStager {
     by_row.init(w.units_per_row);
   }
 
+  __device__ int steps() const { return (walk.units() + C::copy_units - 1) / C::copy_units; }
+
   // The next step's units into `stage` (copy_substeps stage layouts of K units each); commits no group.
   __device__ void issue(Smem* stage) {
 #pragma unroll

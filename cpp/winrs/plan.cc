@@ -91,9 +91,8 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_ha
 
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
 int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
-  const Variant& v = kVariants[variant];
-  return ceil_div(p.out_c, block_oc(variant, path, p.out_c, p.in_c)) *
-         ceil_div(p.in_c, block_ic(variant, path, p.out_c, p.in_c)) * p.filter_h * (p.filter_w / v.n);
+  const TileShape t = tile_shape(variant, path, p.filter_w, p.out_c, p.in_c);
+  return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * p.filter_h * (p.filter_w / t.columns);
 }
 
 // 1, or more where `bound` segments of one bucket each would not fill the GPU once.

@@ -121,12 +121,28 @@ inline constexpr int kNarrowBlock = 64;
 constexpr bool narrow_block(int variant, Path path, long long out_c, long long in_c) {
   return variant == 0 && path_info(path).tensor_cores && out_c <= kNarrowBlock && in_c <= kNarrowBlock;
 }
-// The block (B_N, B_M) a variant runs with on a layer's channel counts.
-constexpr int block_oc(int variant, Path path, long long out_c, long long in_c) {
-  return narrow_block(variant, path, out_c, in_c) ? kNarrowBlock : kVariants[variant].shape(path).block_oc;
+// The direct kernel's filter-row tile on the tensor-core paths (cuda/direct_taps.cuh): kDirectTaps filter
+// columns of a 64 x 64 channel block per thread block, dY staged once for all of them and X once with a halo
+// of kDirectTaps - 1 columns, where the filter width is a multiple of kDirectTaps and the channel counts come
+// in 16-byte pieces (its copy staging). A tile of one tap reads X and dY once per tap: nine times for a 3x3
+// layer, which bound the 64-channel layers by L2 bandwidth (docs/benchmarks.md, 2026-11-23).
+inline constexpr int kDirectTaps = 3;
+constexpr bool direct_taps(int variant, Path path, long long filter_w, long long out_c, long long in_c) {
+  const long long piece = 16 / storage_bytes(path);
+  return variant == 0 && path_info(path).tensor_cores && filter_w % kDirectTaps == 0 && out_c % piece == 0 &&
+         in_c % piece == 0;
 }
-constexpr int block_ic(int variant, Path path, long long out_c, long long in_c) {
-  return narrow_block(variant, path, out_c, in_c) ? kNarrowBlock : kVariants[variant].shape(path).block_ic;
+
+// The work tile a variant runs with on a layer (schedule.h): filter columns and the block (B_N, B_M). One
+// function for the planner's block count and the kernel launch.
+struct TileShape {
+  int columns, block_oc, block_ic;
+};
+constexpr TileShape tile_shape(int variant, Path path, long long filter_w, long long out_c, long long in_c) {
+  if (direct_taps(variant, path, filter_w, out_c, in_c)) return {kDirectTaps, kNarrowBlock, kNarrowBlock};
+  if (narrow_block(variant, path, out_c, in_c)) return {1, kNarrowBlock, kNarrowBlock};
+  const KernelShape& s = kVariants[variant].shape(path);
+  return {kVariants[variant].n, s.block_oc, s.block_ic};
 }
 
 inline constexpr int kMaxAlpha = 16;

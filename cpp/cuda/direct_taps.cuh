@@ -1,0 +1,249 @@
+// The direct kernel's filter-row tile (variants.h, direct_taps): one thread block computes Taps filter
+// columns f0 .. f0 + Taps - 1 of one filter row for a 64 x 64 channel block, from dY staged once and X staged
+// once with a halo, instead of one block per column that reads both again for every column.
+//
+// The units of a tile are the dY pixels of its segment, walked along each row over Wv = W_seg + Taps - 1
+// positions (the segment's columns, then Taps - 1 positions where dY is zero): at position c of a row, tap j
+// needs X at position c + j of the same row, so across a step's units tap j's GEMM operand is the X rows
+// staged for the step shifted by j rows. A step copies U units of dY and U + Taps - 1 positions of X by
+// cp.async (the halo's positions again at the next step); the GEMM shares each dY fragment among the taps.
+// The same alpha-slice accumulator layout as the Omega kernels (slice = tap) feeds the same output rounds.
+#pragma once
+
+#include "cuda/omega_config.cuh"
+#include "winrs/schedule.h"
+
+namespace winrs::cuda {
+
+template <Path P, int Taps>
+struct TapsConfig {
+  // The "transforms" of a tap tile: slice j holds filter column j as it is.
+  struct Tile {
+    static constexpr int alpha = Taps, n = Taps, r = 1;
+    __device__ static void output(const float (&m)[Taps], float (&y)[Taps]) {
+#pragma unroll
+      for (int j = 0; j < Taps; ++j) y[j] = m[j];
+    }
+  };
+  static constexpr int variant = 0;
+  static constexpr Path path = P;
+  static constexpr Operand operand = path_info(P).operand;
+  static constexpr bool tensor_cores = true;
+  static_assert(path_info(P).tensor_cores);
+  using Storage = typename StorageType<path_info(P).storage>::T;
+  using Smem = typename SmemType<operand>::T;
+
+  static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
+  static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
+  static constexpr int blocks_per_sm = 2;
+  static constexpr int K = path_info(P).units_per_step;  // one MMA k-block
+  static constexpr bool chunked = false, copy = true;
+  static constexpr int copy_substeps = 4, copy_stages = 3;
+  static constexpr int copy_units = copy_substeps * K;  // dY units per step
+  static constexpr int x_rows = copy_units + Taps - 1;  // X positions per step
+  // Shared memory per step: Gs[U][B_N + pad] (dY), then Ds[U + Taps - 1][B_M + pad] (X); rows padded by 16
+  // (16-bit) or 32 bytes for conflict-free ldmatrix and TF32 fragment loads, as the Omega kernels'.
+  static constexpr int pad = 8, gs_stride = BN + pad, ds_stride = BM + pad;
+  static constexpr int filter_stage = copy_units * gs_stride;
+  static constexpr int copy_step_elems = filter_stage + x_rows * ds_stride;
+  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
+
+  // Output rounds (Algorithm 3, lines 12-18) through the same memory: As[Taps][B_N / R][B_M + 4] floats.
+  static constexpr int out_stride = BM + 4;
+  static constexpr int rounds() {
+    int rounds = 1;
+    while (sizeof(float) * size_t(alpha) * (BN / rounds) * out_stride > copy_bytes) rounds *= 2;
+    return rounds;
+  }
+  static constexpr int R = rounds();
+  static constexpr int round_rows = BN / R;
+  static constexpr size_t smem_bytes = copy_bytes;
+};
+
+// Copies a step's dY units and X positions (see above): piece p = tid + 256 i is 16 bytes of row p / kPerUnit
+// of the step, dY and X alike, so that the two sides share the row's place in the walk (two multiply-high
+// divisions); the last pieces are the X halo's.
+template <class C>
+struct TapsStager {
+  using T = typename C::Storage;
+  using Smem = typename C::Smem;
+  static constexpr int kElements = 16 / int(sizeof(T));
+  static constexpr int kPerUnit = C::BN / kElements;
+  static constexpr int kGradPieces = C::copy_units * kPerUnit, kInputPieces = C::x_rows * kPerUnit;
+  static constexpr int kIterations = (kInputPieces + kThreads - 1) / kThreads;
+  static_assert(C::BN == C::BM && kGradPieces % kThreads == 0 && sizeof(T) == sizeof(Smem));
+
+  const T* out_grad;  // at the block's first channel
+  const T* input;
+  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
+  int channel, first_row;  // this thread's channels within the block, its first row of a step
+  int next_unit;           // the first position of the next step
+  bool oc_valid, ic_valid;
+  int batch, rows, row_begin, w_begin, seg_w, positions;  // positions per row: seg_w + Taps - 1
+  FastDivider by_positions, by_batch;
+
+  __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
+                       const T* dy) {
+    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
+    in_h = int(p.in_h), in_w = int(p.in_w);
+    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
+    col_offset = work.f0 - int(p.pad_left);  // input column of tap j = dY column + f0 + j - pad_left
+    channel = tid % kPerUnit * kElements;
+    first_row = tid / kPerUnit;
+    next_unit = 0;
+    oc_valid = work.oc0 + channel < out_c;
+    ic_valid = work.ic0 + channel < in_c;
+    out_grad = dy + work.oc0;
+    input = x + work.ic0;
+    batch = w.batch, rows = w.rows, row_begin = w.row_begin, w_begin = w.w_begin, seg_w = w.units_per_row;
+    positions = seg_w + C::taps - 1;
+    by_positions.init(positions);
+    by_batch.init(batch);
+  }
+
+  __device__ int steps() const {
+    return int((batch * rows * (long long)positions + C::copy_units - 1) / C::copy_units);
+  }
+
+  __device__ void issue(Smem* stage) {
+#pragma unroll
+    for (int i = 0; i < kIterations; ++i) {
+      const int d = first_row + i * (kThreads / kPerUnit);  // row of the step
+      if (d >= C::x_rows) continue;                         // the halo's iteration has fewer pieces
+      const int u = next_unit + d;
+      const int line = by_positions.div(u), c = u - line * positions;  // line: image fastest, then dY row
+      const int row = by_batch.div(line), image = line - row * batch;
+      const bool valid = row < rows;
+      const int oh = row_begin + row, ow = w_begin + c, in_col = ow + col_offset;
+      if (i < kGradPieces / kThreads) {
+        const bool ok = valid && c < seg_w && oc_valid;
+        cp_async_16(stage + d * C::gs_stride + channel,
+                    out_grad + (ok ? ((image * out_h + oh) * out_w + ow) * out_c + channel : 0), ok);
+      }
+      const bool ok = valid && column_in_bounds(in_col, in_w) && ic_valid;
+      cp_async_16(stage + C::filter_stage + d * C::ds_stride + channel,
+                  input + (ok ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c + channel : 0), ok);
+    }
+    next_unit += C::copy_units;
+  }
+};
+
+// The GEMM of a tap tile on tensor cores: eight warps as 2 x 4 over B_N x B_M, each warp 32 x 16 channels of
+// every tap; per k-block it loads its dY fragments once and one X fragment pair per tap.
+template <class C>
+struct TapsGemm {
+  static constexpr bool sixteen_bit = kSixteenBit<C::operand>;
+  static constexpr bool split = C::operand == Operand::kTF32Split;
+  static constexpr int warps_m = 2, warps_n = kWarps / warps_m;
+  static constexpr int WM = C::BN / warps_m, WN = C::BM / warps_n;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static_assert(MI * 16 * warps_m == C::BN && NI * 8 * warps_n == C::BM && NI == 2);
+  static constexpr int owner_rows = WM;  // the output rounds' row mapping, as MmaGemm's
+  static constexpr int rows_per_round = WM / C::R;
+  static_assert(rows_per_round * C::R == WM && rows_per_round % 8 == 0);
+
+  using Smem = typename C::Smem;
+  int owner, m0, n0, lane;
+  float acc[C::taps][MI][NI][4];
+
+  __device__ void init(int tid) {
+    const int warp = tid / 32;
+    lane = tid % 32;
+    owner = warp / warps_n;
+    m0 = owner * WM;
+    n0 = (warp % warps_n) * WN;
+#pragma unroll
+    for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] = 0.0f;
+  }
+
+  // K-block `sub` of a step: dY rows sub K .. sub K + K - 1; tap j's X rows j rows further.
+  __device__ void run_step(const Smem* step, int sub) {
+    const Smem* gs = step + sub * C::K * C::gs_stride;
+    const Smem* ds = step + C::filter_stage + sub * C::K * C::ds_stride;
+    if constexpr (sixteen_bit) {
+      const int a_k = (lane & 7) + ((lane >> 4) << 3), a_m = ((lane >> 3) & 1) * 8;
+      const int b_k = (lane & 7) + ((lane >> 3) & 1) * 8, b_n = (lane >> 4) * 8;
+      uint32_t a[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) ldmatrix_x4_trans(a[mi], gs + a_k * C::gs_stride + m0 + mi * 16 + a_m);
+#pragma unroll
+      for (int j = 0; j < C::taps; ++j) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, ds + (b_k + j) * C::ds_stride + n0 + b_n);
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          mma_16bit<C::operand>(acc[j][mi][0], a[mi], b[0], b[1]);
+          mma_16bit<C::operand>(acc[j][mi][1], a[mi], b[2], b[3]);
+        }
+      }
+    } else {
+      const int g = lane >> 2, t = lane & 3;
+      uint32_t a_high[MI][4], a_low[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        const float* base = gs + m0 + mi * 16 + g;
+        const float v[4] = {base[t * C::gs_stride], base[t * C::gs_stride + 8], base[(t + 4) * C::gs_stride],
+                            base[(t + 4) * C::gs_stride + 8]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split_operand(v[e], a_high[mi][e], a_low[mi][e]);
+      }
+#pragma unroll
+      for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const float* base = ds + j * C::ds_stride + n0 + ni * 8 + g;
+          uint32_t b_high[2], b_low[2];
+          split_operand(base[t * C::ds_stride], b_high[0], b_low[0]);
+          split_operand(base[(t + 4) * C::ds_stride], b_high[1], b_low[1]);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            if constexpr (split) {  // as MmaGemm: small products first, into a fresh partial sum
+              float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_tf32(partial, a_low[mi], b_high[0], b_high[1]);
+              mma_tf32(partial, a_high[mi], b_low[0], b_low[1]);
+              mma_tf32(partial, a_high[mi], b_high[0], b_high[1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] += partial[e];
+            } else {
+              mma_tf32(acc[j][mi][ni], a_high[mi], b_high[0], b_high[1]);
+            }
+          }
+        }
+    }
+  }
+
+  // Copy staging leaves FP32 words unrounded: TF32 rounds them here, split TF32 splits them.
+  __device__ static void split_operand(float v, uint32_t& high, uint32_t& low) {
+    high = tf32_bits(v);
+    low = split ? tf32_bits(v - __uint_as_float(high)) : 0u;
+  }
+
+  // Round Round's accumulators to As[tap][row][col], as MmaGemm::stage_round.
+  template <int Round>
+  __device__ void stage_round(float* out) const {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int group = mi * 16 + h * 8;
+          if (group / rows_per_round != Round) continue;
+          const int row = owner * rows_per_round + group % rows_per_round + g;
+          float* dst = out + (j * C::round_rows + row) * C::out_stride + n0 + 2 * t;
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+            *reinterpret_cast<float2*>(dst + ni * 8) =
+                make_float2(acc[j][mi][ni][2 * h], acc[j][mi][ni][2 * h + 1]);
+        }
+  }
+};
+
+}  // namespace winrs::cuda
