@@ -124,6 +124,22 @@ def test_starved_layers_chain_their_segments():
     assert full.chain == 1 and full.segments == full.buckets
 
 
+@pytest.mark.parametrize(
+    "batch, size, in_c, out_c",
+    [(128, 56, 64, 64), (128, 28, 128, 128), (128, 35, 64, 96), (32, 112, 64, 128)],
+)
+def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
+    """The direct kernel's filter-row tile (bf16 3x3, channels in 16-byte pieces) walks each segment row over
+    its width plus two halo positions: the segments are whole rows, or wide pieces of them where the rows run
+    out (Algorithm 2's one-column segments made its 3x3 layers 3x slower on an H100)."""
+    plan = plan_canonical(batch, (size, size), in_c, out_c, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
+                          PlannerOptions(sm_count=132))  # fmt: skip
+    assert [k.index for k in plan.kernels] == [0]
+    seg_h, seg_w = plan.segment_shape
+    columns = -(-size // seg_w)
+    assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape
+
+
 @pytest.mark.parametrize("path, reference", [("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "tf32"), ("tf32x3", "tf32"),
                                              ("fp32", "fp32"), ("tf32x3", "fp32")])  # fmt: skip
 def test_segments_add_atomically_unless_determinism_is_asked(path, reference, monkeypatch):

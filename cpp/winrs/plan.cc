@@ -47,17 +47,25 @@ bool has_winograd_divisor(int64_t filter_w) {
   return false;
 }
 
-// Algorithm 2: segment height and width from the baseline count.
-SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, int64_t z_hat) {
+// Algorithm 2: segment height and width from the baseline count. The direct kernel's filter-row tile
+// (variants.h, direct_taps) walks a segment's rows over its width plus the taps' halo, so that it cuts rows
+// first and columns only where the rows run out: in segments one column wide (the algorithm's choice for
+// Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100, 2026-11-23).
+SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, int64_t z_hat) {
   const int64_t r0 = kVariants[pair.variant0].r;
   const int64_t w_max = pair.width0 / r0;
   const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
   const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
   z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
+  const bool rows_first = tile_shape(pair.variant0, path, p.filter_w, p.out_c, p.in_c).columns > 1;
 
   int64_t seg_h = p.out_h, seg_w = pair.width0;
   if (z_hat == 1) {
     // one segment column over the primary region
+  } else if (rows_first) {
+    const int64_t columns = ceil_div(z_hat, h_max);  // 1 while the rows suffice
+    seg_w = ceil_div(w_max, columns) * r0;           // the last column takes fewer (segments.h)
+    seg_h = p.out_h / ceil_div(z_hat, columns);
   } else if (z_hat >= w_max) {
     seg_h = p.out_h * w_max / z_hat;
     seg_w = r0;
@@ -281,11 +289,11 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   const int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
-  plan.grid = segment_shape(p, pair, z);
+  plan.grid = segment_shape(p, pair, options.path, z);
   // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
   // unless the caller forced the segment count.
   while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_limit)
-    plan.grid = segment_shape(p, pair, --z);
+    plan.grid = segment_shape(p, pair, options.path, --z);
   const int64_t primary = plan.grid.kernel_segments(0);
   int64_t buckets = options.segments > 0 ? primary : std::min(primary, bound);
   if (options.buckets > 0) buckets = std::min<int64_t>(primary, options.buckets);
