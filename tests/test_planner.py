@@ -140,6 +140,15 @@ def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
     assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape
 
 
+@pytest.mark.parametrize("path", ["fp32", "tf32", "bf16"])
+def test_winograd_segments_keep_algorithm_2(path):
+    """Only the filter-row tile cuts rows first: Omega_4(3, 2) with 64 segments asked for keeps Algorithm 2's
+    shape, 51 segments two columns wide (3 more for the direct kernel's residual column)."""
+    options = PlannerOptions(segments=64, buckets=1, kernels=(2, 0))
+    plan = plan_canonical(4, (64, 35), 40, 24, (3, 3), (1, 1, 1, 1), path, path, options)
+    assert plan.segments == 54 and plan.chain == 51 and plan.segment_shape == (17, 2)
+
+
 @pytest.mark.parametrize("path, reference", [("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "tf32"), ("tf32x3", "tf32"),
                                              ("fp32", "fp32"), ("tf32x3", "fp32")])  # fmt: skip
 def test_segments_add_atomically_unless_determinism_is_asked(path, reference, monkeypatch):

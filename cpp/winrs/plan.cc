@@ -57,7 +57,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
   const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
   const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
   z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
-  const bool rows_first = tile_shape(pair.variant0, path, p.filter_w, p.out_c, p.in_c).columns > 1;
+  const bool rows_first = direct_taps(pair.variant0, path, p.filter_w, p.out_c, p.in_c);
 
   int64_t seg_h = p.out_h, seg_w = pair.width0;
   if (z_hat == 1) {
