@@ -8,11 +8,14 @@
 // alpha-batched GEMM into FP32 accumulators. The output transform runs after the loop, in R rounds through
 // shared memory, and writes or adds into the segment's bucket, after the previous link of its chain where
 // segments share buckets (serial split-K, winrs/segments.h), or adds into dW atomically (four channels per
-// add on sm_90).
+// add on sm_90). The kernel takes its configuration type: OmegaConfig (a variant on a path), or TapsConfig,
+// the direct kernel's filter-row tile (direct_taps.cuh). The direct kernel on the tensor-core paths stages by
+// cp.async (copy_main_loop) where channels come in 16-byte pieces.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
-// channel counts and the base pointers allow it.
+// channel counts and the base pointers allow it; the filter-row tile, which the plan counts by channel
+// counts alone, needs 16-byte aligned tensors (XLA's are) and reports a misaligned address otherwise.
 #pragma once
 
 #include <climits>

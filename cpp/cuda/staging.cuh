@@ -227,7 +227,7 @@ struct UnitStager {
 // between. Each thread copies one 16-byte piece of the same channels of `passes` units per step, on both
 // sides; a unit's place in the walk comes from its number by two fast divisions (a cursor stepping 64 units
 // at once through a batch of 1 would loop 64 times). Needs channel counts that are multiples of 16 bytes and
-// 16-byte aligned tensors (launch_in_class checks).
+// 16-byte aligned tensors (launch_direct checks).
 template <class C>
 struct CopyStager {
   using T = typename C::Storage;
