@@ -10,6 +10,7 @@
 // The same alpha-slice accumulator layout as the Omega kernels (slice = tap) feeds the same output rounds.
 #pragma once
 
+#include "cuda/gemm_mma.cuh"
 #include "cuda/omega_config.cuh"
 #include "winrs/schedule.h"
 
@@ -50,12 +51,7 @@ struct TapsConfig {
 
   // Output rounds (Algorithm 3, lines 12-18) through the same memory: As[Taps][B_N / R][B_M + 4] floats.
   static constexpr int out_stride = BM + 4;
-  static constexpr int rounds() {
-    int rounds = 1;
-    while (sizeof(float) * size_t(alpha) * (BN / rounds) * out_stride > copy_bytes) rounds *= 2;
-    return rounds;
-  }
-  static constexpr int R = rounds();
+  static constexpr int R = output_rounds(alpha, BN, out_stride, copy_bytes);
   static constexpr int round_rows = BN / R;
   static constexpr size_t smem_bytes = copy_bytes;
 };
@@ -162,20 +158,21 @@ struct TapsGemm {
           for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] = 0.0f;
   }
 
-  // K-block `sub` of a step: dY rows sub K .. sub K + K - 1; tap j's X rows j rows further.
+  // K-block `sub` of a step: dY rows sub K .. sub K + K - 1; tap j's X rows j rows further. Copy staging
+  // leaves FP32 words unrounded: TF32 rounds them at the fragment load, split TF32 splits them.
   __device__ void run_step(const Smem* step, int sub) {
     const Smem* gs = step + sub * C::K * C::gs_stride;
     const Smem* ds = step + C::filter_stage + sub * C::K * C::ds_stride;
     if constexpr (sixteen_bit) {
-      const int a_k = (lane & 7) + ((lane >> 4) << 3), a_m = ((lane >> 3) & 1) * 8;
-      const int b_k = (lane & 7) + ((lane >> 3) & 1) * 8, b_n = (lane >> 4) * 8;
+      const Ldmatrix16Lanes l(lane);
       uint32_t a[MI][4];
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) ldmatrix_x4_trans(a[mi], gs + a_k * C::gs_stride + m0 + mi * 16 + a_m);
+      for (int mi = 0; mi < MI; ++mi)
+        ldmatrix_x4_trans(a[mi], gs + l.a_k * C::gs_stride + m0 + mi * 16 + l.a_m);
 #pragma unroll
       for (int j = 0; j < C::taps; ++j) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, ds + (b_k + j) * C::ds_stride + n0 + b_n);
+        ldmatrix_x4_trans(b, ds + (l.b_k + j) * C::ds_stride + n0 + l.b_n);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
           mma_16bit<C::operand>(acc[j][mi][0], a[mi], b[0], b[1]);
@@ -186,42 +183,19 @@ struct TapsGemm {
       const int g = lane >> 2, t = lane & 3;
       uint32_t a_high[MI][4], a_low[MI][4];
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        const float* base = gs + m0 + mi * 16 + g;
-        const float v[4] = {base[t * C::gs_stride], base[t * C::gs_stride + 8], base[(t + 4) * C::gs_stride],
-                            base[(t + 4) * C::gs_stride + 8]};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) split_operand(v[e], a_high[mi][e], a_low[mi][e]);
-      }
+      for (int mi = 0; mi < MI; ++mi)
+        load_tf32_a<C::gs_stride, split, true>(gs + m0 + mi * 16 + g, t, a_high[mi], a_low[mi]);
 #pragma unroll
       for (int j = 0; j < C::taps; ++j)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          const float* base = ds + j * C::ds_stride + n0 + ni * 8 + g;
           uint32_t b_high[2], b_low[2];
-          split_operand(base[t * C::ds_stride], b_high[0], b_low[0]);
-          split_operand(base[(t + 4) * C::ds_stride], b_high[1], b_low[1]);
+          load_tf32_b<C::ds_stride, split, true>(ds + j * C::ds_stride + n0 + ni * 8 + g, t, b_high, b_low);
 #pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            if constexpr (split) {  // as MmaGemm: small products first, into a fresh partial sum
-              float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              mma_tf32(partial, a_low[mi], b_high[0], b_high[1]);
-              mma_tf32(partial, a_high[mi], b_low[0], b_low[1]);
-              mma_tf32(partial, a_high[mi], b_high[0], b_high[1]);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] += partial[e];
-            } else {
-              mma_tf32(acc[j][mi][ni], a_high[mi], b_high[0], b_high[1]);
-            }
-          }
+          for (int mi = 0; mi < MI; ++mi)
+            mma_tf32_product<split>(acc[j][mi][ni], a_high[mi], a_low[mi], b_high, b_low);
         }
     }
-  }
-
-  // Copy staging leaves FP32 words unrounded: TF32 rounds them here, split TF32 splits them.
-  __device__ static void split_operand(float v, uint32_t& high, uint32_t& low) {
-    high = tf32_bits(v);
-    low = split ? tf32_bits(v - __uint_as_float(high)) : 0u;
   }
 
   // Round Round's accumulators to As[tap][row][col], as MmaGemm::stage_round.
@@ -237,11 +211,7 @@ struct TapsGemm {
           const int group = mi * 16 + h * 8;
           if (group / rows_per_round != Round) continue;
           const int row = owner * rows_per_round + group % rows_per_round + g;
-          float* dst = out + (j * C::round_rows + row) * C::out_stride + n0 + 2 * t;
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni)
-            *reinterpret_cast<float2*>(dst + ni * 8) =
-                make_float2(acc[j][mi][ni][2 * h], acc[j][mi][ni][2 * h + 1]);
+          stage_fragment_half(out + (j * C::round_rows + row) * C::out_stride + n0 + 2 * t, acc[j][mi], h);
         }
   }
 };

@@ -11,6 +11,78 @@
 
 namespace winrs::cuda {
 
+// Lanes' shared-memory rows and columns for ldmatrix .x4 .trans of m16n8k16 fragments from K-major staged
+// operands: A (16 x 16, row-major M x K) from Gs[k][m] as tiles (m 0-7 | 8-15) x (k 0-7 | 8-15); B (16 x 8,
+// column-major K x N) from Ds[k][n] for two n-tiles, (k 0-7 | 8-15) x (n-tile 0 | 1).
+struct Ldmatrix16Lanes {
+  int a_k, a_m, b_k, b_n;
+  __device__ explicit Ldmatrix16Lanes(int lane)
+      : a_k((lane & 7) + ((lane >> 4) << 3)),
+        a_m(((lane >> 3) & 1) * 8),
+        b_k((lane & 7) + ((lane >> 3) & 1) * 8),
+        b_n((lane >> 4) * 8) {}
+};
+
+// The operand words of one FP32 value for the TF32 MMAs: split TF32 makes a TF32 high part and a TF32
+// remainder; TF32 rounds the value here where staging left it unrounded (Round: copy staging) and takes it as
+// stored otherwise (rounded at the shared-memory store).
+template <bool Split, bool Round>
+__device__ __forceinline__ void tf32_operand(float v, uint32_t& high, uint32_t& low) {
+  if constexpr (Split) {
+    high = tf32_bits(v);
+    low = tf32_bits(v - __uint_as_float(high));
+  } else {
+    high = Round ? tf32_bits(v) : __float_as_uint(v);
+    low = 0;
+  }
+}
+
+// Fragments of m16n8k8 from K-major staged FP32 words (g = lane / 4, t = lane % 4): A (rows g | g + 8, k t |
+// t + 4) from `base` = Gs + first row + g; B (k t | t + 4, column g) from `base` = Ds + first column + g.
+template <int Stride, bool Split, bool Round>
+__device__ __forceinline__ void load_tf32_a(const float* base, int t, uint32_t (&high)[4],
+                                            uint32_t (&low)[4]) {
+  const float v[4] = {base[t * Stride], base[t * Stride + 8], base[(t + 4) * Stride],
+                      base[(t + 4) * Stride + 8]};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) tf32_operand<Split, Round>(v[e], high[e], low[e]);
+}
+template <int Stride, bool Split, bool Round>
+__device__ __forceinline__ void load_tf32_b(const float* base, int t, uint32_t (&high)[2],
+                                            uint32_t (&low)[2]) {
+  tf32_operand<Split, Round>(base[t * Stride], high[0], low[0]);
+  tf32_operand<Split, Round>(base[(t + 4) * Stride], high[1], low[1]);
+}
+
+// D += A B for one m16n8k8 tile. Split TF32 issues the small products first (CUTLASS's 3xTF32 order), into a
+// fresh partial sum that joins the running sum by an FP32 add: the tensor cores' accumulation does not round
+// to nearest, and over the thousands of steps of a long reduction its bias alone cost 10x FP32's error
+// (measured on an H100).
+template <bool Split>
+__device__ __forceinline__ void mma_tf32_product(float (&d)[4], const uint32_t (&a_high)[4],
+                                                 const uint32_t (&a_low)[4], const uint32_t (&b_high)[2],
+                                                 const uint32_t (&b_low)[2]) {
+  if constexpr (Split) {
+    float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_tf32(partial, a_low, b_high[0], b_high[1]);
+    mma_tf32(partial, a_high, b_low[0], b_low[1]);
+    mma_tf32(partial, a_high, b_high[0], b_high[1]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] += partial[e];
+  } else {
+    mma_tf32(d, a_high, b_high[0], b_high[1]);
+  }
+}
+
+// Half h (rows g or g + 8) of a warp's accumulator fragments for one m16 row group and NI n-tiles, to the
+// output rounds' As[slice][row][col] at `dst` = the row's place + the warp's first column + 2 t.
+template <int NI>
+__device__ __forceinline__ void stage_fragment_half(float* dst, const float (&acc)[NI][4], int h) {
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni)
+    *reinterpret_cast<float2*>(dst + ni * 8) = make_float2(acc[ni][2 * h], acc[ni][2 * h + 1]);
+}
+
 template <class C>
 struct MmaGemm {
   static constexpr bool sixteen_bit = C::operand == Operand::kBF16 || C::operand == Operand::kF16;
@@ -76,17 +148,15 @@ struct MmaGemm {
 
   template <int Part>
   __device__ void run_16bit(int s, const Smem* gs, const Smem* ds) {
-    // A (16 x 16, row-major M x K) from Gs[k][m]: tiles (m 0-7 | 8-15) x (k 0-7 | 8-15), transposed.
-    const int a_k = (lane & 7) + ((lane >> 4) << 3), a_m = ((lane >> 3) & 1) * 8;
-    // B (16 x 8, column-major K x N) from Ds[k][n] for two n-tiles: (k 0-7 | 8-15) x (n-tile 0 | 1).
-    const int b_k = (lane & 7) + ((lane >> 3) & 1) * 8, b_n = (lane >> 4) * 8;
+    const Ldmatrix16Lanes l(lane);
     uint32_t a[MI][4];
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) ldmatrix_x4_trans(a[mi], gs + a_k * C::gs_stride + m0 + mi * 16 + a_m);
+    for (int mi = 0; mi < MI; ++mi)
+      ldmatrix_x4_trans(a[mi], gs + l.a_k * C::gs_stride + m0 + mi * 16 + l.a_m);
 #pragma unroll
     for (int nj = Part * ni_per_part; nj < (Part + 1) * ni_per_part; nj += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, ds + b_k * C::ds_stride + n0 + nj * 8 + b_n);
+      ldmatrix_x4_trans(b, ds + l.b_k * C::ds_stride + n0 + nj * 8 + l.b_n);
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         mma_16bit<C::operand>(acc[s][mi][nj], a[mi], b[0], b[1]);
@@ -95,57 +165,22 @@ struct MmaGemm {
     }
   }
 
+  // TF32 operands were rounded at the shared-memory store, or land unrounded by copy staging and are rounded
+  // at the fragment load; split TF32 makes both parts there.
   template <int Part>
   __device__ void run_tf32(int s, const float* gs, const float* ds) {
-    // Fragments of m16n8k8: A (g | g+8, t | t+4), B (k t | t+4, n g); g = lane / 4, t = lane % 4.
     const int g = lane >> 2, t = lane & 3;
     uint32_t a_high[MI][4], a_low[MI][4];
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const float* base = gs + m0 + mi * 16 + g;
-      const float v[4] = {base[t * C::gs_stride], base[t * C::gs_stride + 8], base[(t + 4) * C::gs_stride],
-                          base[(t + 4) * C::gs_stride + 8]};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) split_operand(v[e], a_high[mi][e], a_low[mi][e]);
-    }
+    for (int mi = 0; mi < MI; ++mi)
+      load_tf32_a<C::gs_stride, split, C::copy>(gs + m0 + mi * 16 + g, t, a_high[mi], a_low[mi]);
 #pragma unroll
     for (int ni = Part * ni_per_part; ni < (Part + 1) * ni_per_part; ++ni) {
-      const float* base = ds + n0 + ni * 8 + g;
       uint32_t b_high[2], b_low[2];
-      split_operand(base[t * C::ds_stride], b_high[0], b_low[0]);
-      split_operand(base[(t + 4) * C::ds_stride], b_high[1], b_low[1]);
+      load_tf32_b<C::ds_stride, split, C::copy>(ds + n0 + ni * 8 + g, t, b_high, b_low);
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        if constexpr (split) {
-          // The small products first (CUTLASS's 3xTF32 order), into a fresh partial sum that joins the
-          // running sum by an FP32 add: the tensor cores' accumulation does not round to nearest, and over
-          // the thousands of steps of a long reduction its bias alone cost 10x FP32's error (measured on an
-          // H100).
-          float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_tf32(partial, a_low[mi], b_high[0], b_high[1]);
-          mma_tf32(partial, a_high[mi], b_low[0], b_low[1]);
-          mma_tf32(partial, a_high[mi], b_high[0], b_high[1]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[s][mi][ni][e] += partial[e];
-        } else {
-          mma_tf32(acc[s][mi][ni], a_high[mi], b_high[0], b_high[1]);
-        }
-      }
-    }
-  }
-
-  // TF32 operands were rounded at the shared-memory store, or land unrounded by copy staging and are rounded
-  // here; split TF32 makes both parts here.
-  __device__ static void split_operand(float v, uint32_t& high, uint32_t& low) {
-    if constexpr (split) {
-      high = tf32_bits(v);
-      low = tf32_bits(v - __uint_as_float(high));
-    } else if constexpr (C::copy) {
-      high = tf32_bits(v);
-      low = 0;
-    } else {
-      high = __float_as_uint(v);
-      low = 0;
+      for (int mi = 0; mi < MI; ++mi)
+        mma_tf32_product<split>(acc[s][mi][ni], a_high[mi], a_low[mi], b_high, b_low);
     }
   }
 
@@ -162,11 +197,8 @@ struct MmaGemm {
           const int group = mi * 16 + h * 8;  // first warp-tile row of this fragment group
           if (group / rows_per_round != Round) continue;
           const int row = owner * rows_per_round + group % rows_per_round + g;
-          float* dst = out + ((slice0 + s) * C::round_rows + row) * C::out_stride + n0 + 2 * t;
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni)
-            *reinterpret_cast<float2*>(dst + ni * 8) =
-                make_float2(acc[s][mi][ni][2 * h], acc[s][mi][ni][2 * h + 1]);
+          stage_fragment_half(out + ((slice0 + s) * C::round_rows + row) * C::out_stride + n0 + 2 * t,
+                              acc[s][mi], h);
         }
   }
 };

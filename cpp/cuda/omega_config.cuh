@@ -34,6 +34,14 @@ constexpr int chunk_phases(int chunks) {
   return p;
 }
 
+// Rounds of the output transform (Algorithm 3, lines 12-18) whose As[alpha][rows / R][out_stride] floats fit
+// the `bytes` of shared memory that the main loop used.
+constexpr int output_rounds(int alpha, int rows, int out_stride, size_t bytes) {
+  int rounds = 1;
+  while (sizeof(float) * size_t(alpha) * (rows / rounds) * out_stride > bytes) rounds *= 2;
+  return rounds;
+}
+
 template <int V, Path P, bool Narrow = false, bool Copy = false>
 struct OmegaConfig {
   using Tile = TileMath<V>;
@@ -81,12 +89,7 @@ struct OmegaConfig {
   // Output transform in R rounds (Algorithm 3, lines 12-18): As[alpha][B_N / R][B_M + 4] floats reuse the
   // GEMM buffers; 4 floats of padding keep rows on different banks.
   static constexpr int out_stride = BM + 4;
-  static constexpr int rounds() {
-    int rounds = 1;
-    while (sizeof(float) * size_t(alpha) * (BN / rounds) * out_stride > gemm_bytes) rounds *= 2;
-    return rounds;
-  }
-  static constexpr int R = rounds();
+  static constexpr int R = output_rounds(alpha, BN, out_stride, gemm_bytes);
   static constexpr int round_rows = BN / R;
 
   // Copy staging (staging.cuh, CopyStager) of the direct kernel on the tensor-core paths, where X and dY go
