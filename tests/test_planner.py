@@ -126,18 +126,31 @@ def test_starved_layers_chain_their_segments():
 
 @pytest.mark.parametrize(
     "batch, size, in_c, out_c",
-    [(128, 56, 64, 64), (128, 28, 128, 128), (128, 35, 64, 96), (32, 112, 64, 128)],
+    [(128, 56, 64, 64), (16, 128, 64, 64), (128, 35, 64, 96), (32, 112, 64, 128)],
 )
 def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
-    """The direct kernel's filter-row tile (bf16 3x3, channels in 16-byte pieces) walks each segment row over
-    its width plus two halo positions: the segments are whole rows, or wide pieces of them where the rows run
-    out (Algorithm 2's one-column segments made its 3x3 layers 3x slower on an H100)."""
+    """The direct kernel's filter-row tile (bf16 3x3, channels in 16-byte pieces, one side at most 64) walks each
+    segment row over its width plus two halo positions: the segments are whole rows, or wide pieces of them where
+    the rows run out (Algorithm 2's one-column segments made its 3x3 layers 3x slower on an H100)."""
     plan = plan_canonical(batch, (size, size), in_c, out_c, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
                           PlannerOptions(sm_count=132))  # fmt: skip
     assert [k.index for k in plan.kernels] == [0]
     seg_h, seg_w = plan.segment_shape
     columns = -(-size // seg_w)
     assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape
+
+
+@pytest.mark.parametrize("size, channels", [(28, 128), (14, 256)])
+def test_wide_layers_keep_the_one_tap_block(size, channels):
+    """Where both channel counts pass 64 the direct kernel runs its 128 x 128 block of one filter column (by
+    wgmma on Hopper): it filled its tile and ran faster than the filter-row tile's 64 x 64 blocks on an H100, so
+    Algorithm 2 keeps its segments (columns before rows) and the block count is the one-tap grid's."""
+    plan = plan_canonical(128, (size, size), channels, channels, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
+                          PlannerOptions(sm_count=132))  # fmt: skip
+    tile = plan_canonical(128, (size, size), 64, channels, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
+                          PlannerOptions(sm_count=132))  # fmt: skip
+    assert [k.index for k in plan.kernels] == [0]
+    assert plan.segment_shape[1] < size and plan.segment_shape[1] != tile.segment_shape[1]
 
 
 @pytest.mark.parametrize("path", ["fp32", "tf32", "bf16"])

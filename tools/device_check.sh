@@ -18,14 +18,17 @@ for stage in "$@"; do
   case "$stage" in
     build)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-      WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90}" \
+      WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90a}" \
         python3 -m pip install --no-build-isolation -C cmake.define.WINRS_JAX_BUILD_TOOLS=ON -v . \
         >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
       grep -E "warning|error" /tmp/build.log | grep -v "^ *$" | head -5
       (cd /tmp && python3 -c "import winrs_jax, jax; print('cuda built:', winrs_jax.CUDA_BUILT, jax.devices())") ;;
     kcheck)
       # Every variant and path against the CPU executor, outside XLA (tools/kernel_check.cu).
-      "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30 ;;
+      # On Hopper the 16-bit direct kernel's 128 x 128 block runs by wgmma; the second run checks mma.sync's.
+      "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30
+      WINRS_JAX_WGMMA=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-mma.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30 ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1

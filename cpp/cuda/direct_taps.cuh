@@ -29,7 +29,7 @@ struct TapsConfig {
   static constexpr int variant = 0;
   static constexpr Path path = P;
   static constexpr Operand operand = path_info(P).operand;
-  static constexpr bool tensor_cores = true;
+  static constexpr bool tensor_cores = true, wgmma = false;
   static_assert(path_info(P).tensor_cores);
   using Storage = typename StorageType<path_info(P).storage>::T;
   using Smem = typename SmemType<operand>::T;
@@ -53,7 +53,10 @@ struct TapsConfig {
   static constexpr int out_stride = BM + 4;
   static constexpr int R = output_rounds(alpha, BN, out_stride, copy_bytes);
   static constexpr int round_rows = BN / R;
-  static constexpr size_t smem_bytes = copy_bytes;
+  static constexpr size_t smem_bytes = copy_bytes, smem_align = 16;
+  // Element offsets in a step of row d's piece at channel c of dY and of X (TapsStager).
+  __device__ static constexpr int grad_offset(int d, int c) { return d * gs_stride + c; }
+  __device__ static constexpr int input_offset(int d, int c) { return filter_stage + d * ds_stride + c; }
 };
 
 // Copies a step's dY units and X positions (see above): piece p = tid + 256 i is 16 bytes of row p / kPerUnit
@@ -113,11 +116,11 @@ struct TapsStager {
       const int oh = row_begin + row, ow = w_begin + c, in_col = ow + col_offset;
       if (i < kGradPieces / kThreads) {
         const bool ok = valid && c < seg_w && oc_valid;
-        cp_async_16(stage + d * C::gs_stride + channel,
+        cp_async_16(stage + C::grad_offset(d, channel),
                     out_grad + (ok ? ((image * out_h + oh) * out_w + ow) * out_c + channel : 0), ok);
       }
       const bool ok = valid && column_in_bounds(in_col, in_w) && ic_valid;
-      cp_async_16(stage + C::filter_stage + d * C::ds_stride + channel,
+      cp_async_16(stage + C::input_offset(d, channel),
                   input + (ok ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c + channel : 0), ok);
     }
     next_unit += C::copy_units;

@@ -99,13 +99,19 @@ struct OmegaConfig {
   // hid a fraction of the loads' latency: the direct bf16 kernel ran at 142 GEMM TFLOP/s, now 224. TF32
   // operands land unrounded and are rounded at the fragment load.
   static constexpr int taps = 1;  // filter columns per block of the direct kernel (direct_taps.cuh: more)
-  static constexpr bool copy = Copy;
+  static constexpr bool copy = Copy, wgmma = false;
   static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
   static constexpr int copy_substeps = 4, copy_stages = 3;
   static constexpr int copy_units = copy_substeps * K;  // units per copy step
   static constexpr int copy_step_elems = copy_substeps * stage;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   static constexpr size_t smem_bytes = Copy && copy_bytes > gemm_bytes ? copy_bytes : gemm_bytes;
+  static constexpr size_t smem_align = 16;
+  // Element offsets in a copy step of unit k's piece at channel c of dY and of X: the K-block's stage layout.
+  __device__ static constexpr int grad_offset(int k, int c) { return k / K * stage + k % K * gs_stride + c; }
+  __device__ static constexpr int input_offset(int k, int c) {
+    return k / K * stage + filter_stage + k % K * ds_stride + c;
+  }
 };
 
 }  // namespace winrs::cuda

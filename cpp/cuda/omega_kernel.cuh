@@ -20,6 +20,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 #include <utility>
 
@@ -28,13 +29,16 @@
 #include "cuda/gemm_mma.cuh"
 #include "cuda/omega.h"
 #include "cuda/staging.cuh"
+#include "cuda/wgmma.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
 
 template <class C>
-using GemmPolicy = std::conditional_t<(C::taps > 1), TapsGemm<C>,
-                                      std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>>;
+using GemmPolicy =
+    std::conditional_t<C::wgmma, WgmmaGemm<C>,
+                       std::conditional_t<(C::taps > 1), TapsGemm<C>,
+                                          std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>>>;
 template <class C>
 using CopyStagerFor = std::conditional_t<(C::taps > 1), TapsStager<C>, CopyStager<C>>;
 
@@ -81,6 +85,7 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
   }
   for (int s = 0; s < steps; ++s) {
     cp_async_wait<stages - 2>();
+    if constexpr (C::wgmma) fence_async_proxy();  // wgmma reads shared memory through the async proxy
     __syncthreads();
     if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
     cp_async_commit();
@@ -145,8 +150,13 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm) omega_kernel(Omega
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
   using Smem = typename C::Smem;
+  if constexpr (C::wgmma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_direct)
   extern __shared__ float4 smem4[];
-  Smem* smem = reinterpret_cast<Smem*>(smem4);
+  char* base = reinterpret_cast<char*>(smem4);
+  if constexpr (C::smem_align > 16)  // room for this is in smem_bytes
+    base += (C::smem_align - static_cast<unsigned>(__cvta_generic_to_shared(base)) % C::smem_align) %
+            C::smem_align;
+  Smem* smem = reinterpret_cast<Smem*>(base);
   const int tid = threadIdx.x;
 
   // Stacked problem of this block (vmap): offset every tensor to its group.
@@ -195,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm) omega_kernel(Omega
   // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels at
   // a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the adds'
   // instructions and L2 requests.
-  float* out = reinterpret_cast<float*>(smem4);
+  float* out = reinterpret_cast<float*>(base);
   const bool accumulate = args.kernel == 1 || link > 0;
   const bool vector_adds = kVectorAtomics && grid.atomic && p.in_c % 4 == 0 &&
                            reinterpret_cast<uintptr_t>(filter_grad) % sizeof(float4) == 0;
@@ -248,9 +258,28 @@ bool aligned_for_copies(const OmegaArgs& args) {
          args.grad_group_stride % elements == 0;
 }
 
+// Whether this build has the sm_90a code of the wgmma kernels (CMake: an architecture 90a), the device runs
+// it (its cubin is the one loaded: binaryVersion 90 for compute capability 9.0) and WINRS_JAX_WGMMA is not
+// 0 (the mma.sync kernels instead, to compare them).
+template <class C>
+bool runs_wgmma() {
+#if defined(WINRS_WGMMA_BUILT)
+  if (const char* flag = std::getenv("WINRS_JAX_WGMMA"); flag && flag[0] == '0') return false;
+  cudaFuncAttributes attributes;
+  if (cudaFuncGetAttributes(&attributes, omega_kernel<C>) != cudaSuccess) {
+    (void)cudaGetLastError();  // no usable image here: the mma.sync kernel runs instead
+    return false;
+  }
+  return attributes.binaryVersion == 90;
+#else
+  return false;
+#endif
+}
+
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
 // XLA's buffers are aligned, a misaligned caller gets an error rather than a grid the plan did not count),
-// else one column per block, copy-staged where the channels and pointers allow.
+// else one column per block, copy-staged where the channels and pointers allow, by wgmma on Hopper in 16
+// bits.
 template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
@@ -265,6 +294,9 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if (shape.block_oc == kNarrowBlock) {
       return copies ? launch_config<OmegaConfig<0, P, true, true>>(args, stream)
                     : launch_config<OmegaConfig<0, P, true, false>>(args, stream);
+    }
+    if constexpr (kSixteenBit<path_info(P).operand>) {
+      if (copies && runs_wgmma<WgmmaConfig<P>>()) return launch_config<WgmmaConfig<P>>(args, stream);
     }
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }

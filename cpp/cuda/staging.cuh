@@ -277,13 +277,12 @@ struct CopyStager {
       const int row = by_row.div(q), col = q - row * walk.units_per_row;
       const bool valid = row < walk.rows;
       const int oh = walk.row_begin + row, ow = walk.w_begin + col * C::r;
-      Smem* sub = stage + (k / C::K) * C::stage;  // the K-block's stage layout
       const bool grad_valid = valid && oc_valid;
-      cp_async_16(sub + (k % C::K) * C::gs_stride + channel,
+      cp_async_16(stage + C::grad_offset(k, channel),
                   out_grad + (grad_valid ? ((image * out_h + oh) * out_w + ow) * out_c : 0), grad_valid);
       const int in_col = ow + col_offset;
       const bool input_valid = valid && ic_valid && column_in_bounds(in_col, in_w);
-      cp_async_16(sub + C::filter_stage + (k % C::K) * C::ds_stride + channel,
+      cp_async_16(stage + C::input_offset(k, channel),
                   input + (input_valid ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c : 0),
                   input_valid);
     }

@@ -1,0 +1,194 @@
+// The direct kernel's 128 x 128 channel block on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a; issue 7,
+// item 3), for bfloat16 and float16. The same copy staging as the mma.sync kernel (staging.cuh, CopyStager:
+// cp.async of 16-byte pieces, copy_stages buffers of 64 units) lands X and dY in the layout wgmma reads from
+// shared memory; each of the two warpgroups then multiplies its 64 output channels by the 128 input channels
+// of a 16-unit K-block in one instruction, reading both operands from shared memory, where mma.sync needed 32
+// MMAs and 12 ldmatrix per warp and K-block.
+//
+// Layout: X and dY are channel-contiguous (the GEMM's M and N), so both operands are "MN-major". A side of a
+// step is two panels of 64 channels (128 bytes) by 64 units, each unit's 128 bytes one row, the 16-byte
+// pieces of row k at place piece ^ (k % 8): the 128-byte swizzle of wgmma's canonical MN-major layout
+// ((8 x 8 elements, 8 pieces), (8 rows, K / 8)) : ((1, 8 elements, LBO), (128 bytes, SBO)) with LBO = a
+// panel, SBO = 8 rows (CUTLASS, cute/atom/mma_traits_sm90_gmma.hpp, names this layout; nothing of it is used
+// here). TF32 wgmma reads K-major operands only, so TF32 keeps mma.sync.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/omega_config.cuh"
+
+namespace winrs::cuda {
+
+// nvcc defines this for the architecture-specific target compute_90a only: the instructions below exist
+// there and nowhere else, and the launch checks that the device runs that code (omega_kernel.cuh).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WINRS_WGMMA_CODE 1
+#else
+#define WINRS_WGMMA_CODE 0
+#endif
+
+template <Path P>
+struct WgmmaConfig {
+  using Tile = TileMath<0>;
+  static constexpr int variant = 0;
+  static constexpr Path path = P;
+  static constexpr Operand operand = path_info(P).operand;
+  static_assert(kSixteenBit<operand>, "TF32 wgmma needs K-major operands; X and dY are channel-major");
+  static constexpr bool tensor_cores = true, wgmma = true;
+  using Storage = typename StorageType<path_info(P).storage>::T;
+  using Smem = typename SmemType<operand>::T;
+
+  static constexpr int alpha = 1, n = 1, r = 1, taps = 1;
+  static constexpr int BN = kVariants[0].shape(P).block_oc, BM = kVariants[0].shape(P).block_ic;
+  static_assert(BN == 128 && BM == 128, "two warpgroups of 64 output channels, N = 128 input channels");
+  static constexpr int blocks_per_sm = kVariants[0].shape(P).blocks_per_sm;
+  static constexpr int K = 16;  // units per wgmma (k16)
+  static constexpr bool chunked = false, copy = true;
+  static constexpr int copy_substeps = 4, copy_stages = 3;  // 96 KB: two blocks per SM
+  static constexpr int copy_units = copy_substeps * K;
+
+  static constexpr int panel_channels = 128 / int(sizeof(Smem));  // one 128-byte swizzle row
+  static constexpr int panel_elems = copy_units * panel_channels;
+  static constexpr int panel_bytes = panel_elems * int(sizeof(Smem));
+  static constexpr int side_elems = BN / panel_channels * panel_elems;
+  static constexpr int copy_step_elems = 2 * side_elems;  // dY, then X
+  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
+  // The swizzle repeats every 8 rows (1024 bytes) and is read from address bits: buffers start 1024-aligned.
+  static constexpr size_t smem_align = 1024;
+  static constexpr size_t smem_bytes = copy_bytes + smem_align;
+
+  // Output rounds through the same memory, as OmegaConfig's.
+  static constexpr int out_stride = BM + 4;
+  static constexpr int R = output_rounds(alpha, BN, out_stride, copy_bytes);
+  static constexpr int round_rows = BN / R;
+
+  // Element offsets in a step of the 16-byte piece of unit k (0 .. copy_units - 1) at channel c (a multiple
+  // of 8 elements) of dY and of X (CopyStager).
+  __device__ static constexpr int piece(int k, int c) {
+    const int in_row = c % panel_channels / 8;
+    return c / panel_channels * panel_elems + k * panel_channels + ((in_row ^ (k % 8)) * 8);
+  }
+  __device__ static constexpr int grad_offset(int k, int c) { return piece(k, c); }
+  __device__ static constexpr int input_offset(int k, int c) { return side_elems + piece(k, c); }
+};
+
+// wgmma's shared-memory matrix descriptor: start address, LBO and SBO in 16-byte units, 128-byte swizzle.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t lbo_bytes,
+                                                     uint32_t sbo_bytes) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((address & 0x3FFFF) >> 4) | uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16 |
+         uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
+}
+
+// Keeps the compiler from moving accesses to an accumulator across the asynchronous MMAs that write it.
+__device__ __forceinline__ void pin_register(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+
+// The X and dY copies of this thread (cp.async, generic proxy) visible to wgmma's reads (async proxy); before
+// the barrier that publishes them.
+__device__ __forceinline__ void fence_async_proxy() {
+#if WINRS_WGMMA_CODE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// D (64 x 128, FP32) += A (64 x 16) B (16 x 128), both from shared memory as MN-major (transposed) operands.
+#define WINRS_D8(i)                                                                           \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WINRS_WGMMA_N128(TYPES)                                                                         \
+  asm volatile(                                                                                         \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES                                              \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "    \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "      \
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "      \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 1, 1;\n"                             \
+      : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24), WINRS_D8(32), WINRS_D8(40), WINRS_D8(48), \
+        WINRS_D8(56)                                                                                    \
+      : "l"(a), "l"(b))
+template <Operand O>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
+#if WINRS_WGMMA_CODE
+  if constexpr (O == Operand::kBF16) {
+    WINRS_WGMMA_N128("bf16.bf16");
+  } else {
+    WINRS_WGMMA_N128("f16.f16");
+  }
+#endif
+}
+#undef WINRS_WGMMA_N128
+#undef WINRS_D8
+
+__device__ __forceinline__ void wgmma_fence() {
+#if WINRS_WGMMA_CODE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if WINRS_WGMMA_CODE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+#if WINRS_WGMMA_CODE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+#endif
+}
+
+// The GEMM policy of WgmmaConfig: warpgroup g (warps 4g .. 4g + 3) accumulates output channels
+// 64 g .. 64 g + 63 by all 128 input channels; warp w of the block holds rows 16 w .. 16 w + 15 (wgmma's
+// accumulator fragments: rows lane / 4 and lane / 4 + 8, columns 8 j + 2 (lane % 4) and the next).
+template <class C>
+struct WgmmaGemm {
+  static constexpr bool split = false;
+  static constexpr int owner_rows = 16;  // the output rounds' row mapping, as MmaGemm's
+  static constexpr int rows_per_round = owner_rows / C::R;
+  static_assert(rows_per_round * C::R == owner_rows && rows_per_round % 8 == 0);
+
+  using Smem = typename C::Smem;
+  int warp, lane;
+  float acc[64];
+
+  __device__ void init(int tid) {
+    warp = tid / 32;
+    lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  }
+
+  // K-block `sub` of a step; the step's last K-block waits for all of the step's MMAs, whose buffer the
+  // copies issued at the next step overwrite. (Waiting for the previous step's instead, with steps of 32
+  // units in 6 buffers to keep two blocks per SM, measured 2% slower: the extra barriers cost more than the
+  // overlap gained; H100, 2026-11-23.)
+  __device__ void run_step(const Smem* step, int sub) {
+    const int group = warp / 4;
+    if (sub == 0) wgmma_fence();
+    const Smem* a = step + group * C::panel_elems + sub * C::K * C::panel_channels;
+    const Smem* b = step + C::side_elems + sub * C::K * C::panel_channels;
+    constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
+    wgmma_m64n128k16<C::operand>(acc, wgmma_descriptor(a, C::panel_bytes, sbo),
+                                 wgmma_descriptor(b, C::panel_bytes, sbo));
+    if (sub == C::copy_substeps - 1) {
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 64; ++i) pin_register(acc[i]);
+    }
+  }
+
+  template <int Round>
+  __device__ void stage_round(float* out) const {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h * 8 / rows_per_round != Round) continue;
+      const int row = warp * rows_per_round + h * 8 % rows_per_round + g;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<float2*>(out + row * C::out_stride + 8 * j + 2 * t) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+};
+
+}  // namespace winrs::cuda
