@@ -102,6 +102,7 @@ struct OmegaConfig {
   static constexpr bool copy = Copy, wgmma = false;
   static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
   static constexpr int copy_substeps = 4, copy_stages = 3;
+  static constexpr int copy_pieces = 1;                 // 16-byte pieces per thread and unit (CopyStager)
   static constexpr int copy_units = copy_substeps * K;  // units per copy step
   static constexpr int copy_step_elems = copy_substeps * stage;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);

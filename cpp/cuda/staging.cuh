@@ -224,27 +224,29 @@ struct UnitStager {
 
 // Copy staging of the direct kernel on the tensor-core paths (OmegaConfig::copy): its transforms are the
 // identity, so X and dY go from global to shared memory by cp.async, 16 bytes per copy, with no registers
-// between. Each thread copies one 16-byte piece of the same channels of `passes` units per step, on both
-// sides; a unit's place in the walk comes from its number by two fast divisions (a cursor stepping 64 units
-// at once through a batch of 1 would loop 64 times). Needs channel counts that are multiples of 16 bytes and
-// 16-byte aligned tensors (launch_direct checks).
+// between. Each thread copies C::copy_pieces 16-byte pieces of one unit (the unit's pieces interleaved among
+// its threads, so that neighbouring threads read neighbouring bytes), on both sides, for `passes` units per
+// step; a unit's place in the walk comes from its number by two fast divisions (a cursor stepping 64 units at
+// once through a batch of 1 would loop 64 times), paid once per unit and thread. Needs channel counts that
+// are multiples of 16 bytes and 16-byte aligned tensors (launch_direct checks).
 template <class C>
 struct CopyStager {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   static_assert(sizeof(T) == sizeof(Smem), "the operands are staged as stored");
   static constexpr int kElements = 16 / int(sizeof(T));          // per copy
-  static constexpr int kPerUnit = C::BN / kElements;             // copies per unit and side
+  static constexpr int kPieces = C::copy_pieces;                 // per thread, unit and side
+  static constexpr int kPerUnit = C::BN / kElements / kPieces;   // threads per unit
   static constexpr int kUnitsPerPass = kThreads / kPerUnit;      // units the block copies at once
   static constexpr int kPasses = C::copy_units / kUnitsPerPass;  // per thread and step
-  static_assert(kPerUnit * kElements == C::BN && kThreads % kPerUnit == 0 &&
+  static_assert(kPerUnit * kPieces * kElements == C::BN && kThreads % kPerUnit == 0 &&
                 kPasses * kUnitsPerPass == C::copy_units);
 
-  const T* out_grad;  // dY and X at this thread's channels
+  const T* out_grad;  // dY and X at the block's first channels
   const T* input;
   int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
-  int channel, first_unit, next_unit;  // next_unit: the first unit of the next step
-  bool oc_valid, ic_valid;
+  int channel, first_unit, next_unit;  // channel of piece 0; next_unit: the first unit of the next step
+  int oc_left, ic_left;                // channels of the block within the layer
   UnitWalk walk;
   FastDivider by_batch, by_row;
 
@@ -257,10 +259,10 @@ struct CopyStager {
     channel = (tid % kPerUnit) * kElements;
     first_unit = tid / kPerUnit;
     next_unit = 0;
-    oc_valid = work.oc0 + channel < out_c;
-    ic_valid = work.ic0 + channel < in_c;
-    out_grad = dy + (oc_valid ? work.oc0 + channel : 0);
-    input = x + (ic_valid ? work.ic0 + channel : 0);
+    oc_left = out_c - work.oc0;
+    ic_left = in_c - work.ic0;
+    out_grad = dy + work.oc0;
+    input = x + work.ic0;
     walk = w;
     by_batch.init(w.batch);
     by_row.init(w.units_per_row);
@@ -277,14 +279,18 @@ struct CopyStager {
       const int row = by_row.div(q), col = q - row * walk.units_per_row;
       const bool valid = row < walk.rows;
       const int oh = walk.row_begin + row, ow = walk.w_begin + col * C::r;
-      const bool grad_valid = valid && oc_valid;
-      cp_async_16(stage + C::grad_offset(k, channel),
-                  out_grad + (grad_valid ? ((image * out_h + oh) * out_w + ow) * out_c : 0), grad_valid);
       const int in_col = ow + col_offset;
-      const bool input_valid = valid && ic_valid && column_in_bounds(in_col, in_w);
-      cp_async_16(stage + C::input_offset(k, channel),
-                  input + (input_valid ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c : 0),
-                  input_valid);
+      const bool input_valid = valid && column_in_bounds(in_col, in_w);
+      const T* grad_unit = out_grad + (valid ? ((image * out_h + oh) * out_w + ow) * out_c : 0);
+      const T* input_unit =
+          input + (input_valid ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c : 0);
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {
+        const int c = channel + j * kPerUnit * kElements;
+        const bool grad_ok = valid && c < oc_left, input_ok = input_valid && c < ic_left;
+        cp_async_16(stage + C::grad_offset(k, c), grad_unit + (grad_ok ? c : 0), grad_ok);
+        cp_async_16(stage + C::input_offset(k, c), input_unit + (input_ok ? c : 0), input_ok);
+      }
     }
     next_unit += C::copy_units;
   }

@@ -45,6 +45,12 @@ struct WgmmaConfig {
   static constexpr int K = 16;  // units per wgmma (k16)
   static constexpr bool chunked = false, copy = true;
   static constexpr int copy_substeps = 4, copy_stages = 3;  // 96 KB: two blocks per SM
+  // Two 16-byte pieces of a unit per thread (eight threads per unit of 128 channels, each copy of a warp
+  // 128 contiguous bytes of four units): the unit's place in the walk and its addresses are computed half as
+  // often as with one piece. The kernel issued instructions in about half of its cycles, most of them this
+  // arithmetic; four pieces per thread ran 2D layers 10-20% faster but 1D layers, which stream X and dY from
+  // DRAM, up to 2x slower (64-byte copies; Nsight Compute and the real suite, H100, 2026-11-23).
+  static constexpr int copy_pieces = 2;
   static constexpr int copy_units = copy_substeps * K;
 
   static constexpr int panel_channels = 128 / int(sizeof(Smem));  // one 128-byte swizzle row
