@@ -1,16 +1,17 @@
 // The fused WinRS kernel Omega_alpha(n, r) (paper section 5, Algorithm 3): one template for all 13 variants
-// and all arithmetic paths, with the batched GEMM as a compile-time policy (FFMA on CUDA cores or mma.sync on
-// tensor cores). A block runs one work tile of the TileScheduler (winrs/schedule.h): one segment, one filter
-// row fh, one filter-gradient tile of n columns and one B_N x B_M channel block. Its main loop walks the
-// tile's units (dimension reduction and filter split), units_per_step per step, staged in load phases by the
-// path's staging policy (staging.cuh): filter transforms of dY units and input transforms of X tiles in FP32
-// registers, converted to the operand type at the store into double-buffered shared memory, then the
-// alpha-batched GEMM into FP32 accumulators. The output transform runs after the loop, in R rounds through
-// shared memory, and writes or adds into the segment's bucket, after the previous link of its chain where
-// segments share buckets (serial split-K, winrs/segments.h), or adds into dW atomically (four channels per
-// add on sm_90). The kernel takes its configuration type: OmegaConfig (a variant on a path), or TapsConfig,
-// the direct kernel's filter-row tile (direct_taps.cuh). The direct kernel on the tensor-core paths stages by
-// cp.async (copy_main_loop) where channels come in 16-byte pieces.
+// and all arithmetic paths, with the batched GEMM as a compile-time policy (FFMA on CUDA cores, mma.sync on
+// tensor cores, or wgmma for the 16-bit direct kernel on Hopper, wgmma.cuh). A block runs one work tile of
+// the TileScheduler (winrs/schedule.h): one segment, one filter row fh, one filter-gradient tile of n columns
+// and one B_N x B_M channel block. Its main loop walks the tile's units (dimension reduction and filter
+// split), units_per_step per step, staged in load phases by the path's staging policy (staging.cuh): filter
+// transforms of dY units and input transforms of X tiles in FP32 registers, converted to the operand type at
+// the store into double-buffered shared memory, then the alpha-batched GEMM into FP32 accumulators. The
+// output transform runs after the loop, in R rounds through shared memory, and writes or adds into the
+// segment's bucket, after the previous link of its chain where segments share buckets (serial split-K,
+// winrs/segments.h), or adds into dW atomically (four channels per add on sm_90). The kernel takes its
+// configuration type: OmegaConfig (a variant on a path), TapsConfig, the direct kernel's filter-row tile
+// (direct_taps.cuh), or WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh). The direct kernel on the
+// tensor-core paths stages by cp.async (copy_main_loop) where channels come in 16-byte pieces.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
