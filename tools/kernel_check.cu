@@ -155,13 +155,15 @@ int main(int argc, char** argv) {
     // The direct kernel's copy staging (channels in 16-byte pieces) over many steps of its pipeline: an odd
     // batch, partial channel blocks (136, 72), one block (40:56, 64:64); filter widths of 3 and 6 run its
     // filter-row tile on the tensor-core paths where a channel count is at most 64 (5 does not), segments
-    // narrower than a step (width 5). Where both pass 64 the 128 x 128 block runs: by wgmma on Hopper in 16
-    // bits (run again with WINRS_JAX_WGMMA=0 for the mma.sync kernel), chained and adding atomically.
+    // narrower than a step (width 5), two input-channel blocks (72:40), three output-channel blocks (24:200).
+    // Where both pass 64 the 128 x 128 block runs: by wgmma on Hopper in 16 bits (run again with
+    // WINRS_JAX_WGMMA=0 for the mma.sync kernel), chained and adding atomically.
     for (const auto& [in_c, out_c, buckets, atomic, out_w, filter_w] :
          {std::tuple{136, 72, 0, false, 17, 3}, std::tuple{40, 56, 1, false, 17, 3},
           std::tuple{64, 64, 0, true, 17, 3}, std::tuple{136, 72, 0, true, 17, 3},
           std::tuple{48, 40, 0, false, 5, 6}, std::tuple{48, 40, 1, false, 23, 5},
-          std::tuple{200, 136, 1, false, 19, 5}, std::tuple{72, 264, 0, true, 11, 6}}) {
+          std::tuple{200, 136, 1, false, 19, 5}, std::tuple{72, 264, 0, true, 11, 6},
+          std::tuple{72, 40, 0, true, 17, 3}, std::tuple{24, 200, 1, false, 13, 3}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
