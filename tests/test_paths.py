@@ -95,7 +95,8 @@ def test_operand_rounding_matches_ml_dtypes_and_cvt_rna():
     out = {p: np.asarray(_winrs.round_operand(PATHS.index(p), values.tolist()), np.float32) for p in PATHS}
     np.testing.assert_array_equal(out["fp32"], values)
     np.testing.assert_array_equal(out["bf16"], values.astype(ml_dtypes.bfloat16).astype(np.float32))
-    np.testing.assert_array_equal(out["fp16"], values.astype(np.float16).astype(np.float32))
+    with np.errstate(over="ignore"):  # 65520 and the largest normals round to inf in float16, as they should
+        np.testing.assert_array_equal(out["fp16"], values.astype(np.float16).astype(np.float32))
     # TF32 (cvt.rna.tf32.f32): 10 mantissa bits, nearest with ties away from zero.
     bits = values.view(np.uint32)
     tf32 = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
