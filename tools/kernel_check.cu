@@ -55,11 +55,13 @@ std::vector<char> random_tensor(int64_t elems, winrs::Storage storage, float sca
 }
 
 // The dY map of a case: batch x out_h x out_w (0: 2 r + 1 columns), cut into `segments` segments; the filter
-// width (0: n, or 3 for the direct kernel).
+// width (0: n, or 3 for the direct kernel); X this many bytes past an aligned address (XLA's buffers are
+// aligned; the copy-staged kernels need 16 bytes).
 struct Layer {
   int64_t batch = 2, out_h = 7, out_w = 0;
   int segments = 3;
   int64_t filter_w = 0;
+  int misalign = 0;
 };
 
 bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool atomic, std::mt19937& gen,
@@ -93,16 +95,32 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   const std::vector<char> dy = random_tensor(p.grad_elems(), info.storage, grad_scale, gen);
   const size_t dw_elems = p.filter_elems(), ws_elems = op.workspace_elems();
 
-  void *dx = nullptr, *ddy = nullptr;
+  void *dx_alloc = nullptr, *ddy = nullptr;
   float *ddw = nullptr, *dws = nullptr;
-  bool ok = check(cudaMalloc(&dx, x.size()), "malloc") && check(cudaMalloc(&ddy, dy.size()), "malloc") &&
-            check(cudaMalloc(&ddw, dw_elems * 4), "malloc") &&
+  bool ok = check(cudaMalloc(&dx_alloc, x.size() + layer.misalign), "malloc") &&
+            check(cudaMalloc(&ddy, dy.size()), "malloc") && check(cudaMalloc(&ddw, dw_elems * 4), "malloc") &&
             (ws_elems == 0 || check(cudaMalloc(&dws, ws_elems * 4), "malloc"));
+  void* dx = static_cast<char*>(dx_alloc) + layer.misalign;
   ok = ok && check(cudaMemcpy(dx, x.data(), x.size(), cudaMemcpyHostToDevice), "copy") &&
        check(cudaMemcpy(ddy, dy.data(), dy.size(), cudaMemcpyHostToDevice), "copy");
   // dW starts as NaNs: every element must be written (or zeroed before atomic adds).
   ok = ok && check(cudaMemset(ddw, 0xff, dw_elems * 4), "memset");
   const char* stage = "";
+  // The filter-row tile, which the plan counts by channel counts alone, refuses a misaligned X
+  // (launch_direct); every other kernel falls back to register staging and must compute dW.
+  const bool refused =
+      layer.misalign % 16 != 0 && v == 0 && winrs::direct_taps(0, path, filter_w, out_c, in_c);
+  if (ok && refused) {
+    const cudaError_t e = winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage);
+    std::printf("%-6s direct %3d:%-3d X misaligned by %d bytes: %s (%s)\n", info.name, in_c, out_c,
+                layer.misalign, e == cudaErrorMisalignedAddress ? "refused ok" : "FAILED",
+                cudaGetErrorString(e));
+    cudaFree(dx_alloc);
+    cudaFree(ddy);
+    cudaFree(ddw);
+    cudaFree(dws);
+    return e == cudaErrorMisalignedAddress;
+  }
   ok = ok && check(winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage), stage);
   ok = ok && check(cudaDeviceSynchronize(), "sync");
   std::vector<float> gpu(dw_elems), cpu(dw_elems), cpu_ws(ws_elems);
@@ -126,7 +144,7 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
       info.name, var.alpha_class(), var.n, var.r, in_c, out_c, (long long)layer.batch, (long long)layer.out_h,
       (long long)out_w, (long long)filter_w, (long long)op.plan.segments, (long long)op.plan.buckets,
       atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
-  cudaFree(dx);
+  cudaFree(dx_alloc);
   cudaFree(ddy);
   cudaFree(ddw);
   cudaFree(dws);
@@ -167,6 +185,13 @@ int main(int argc, char** argv) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
+    }
+    // X 8 bytes off 16-byte alignment: the filter-row tile (64:64, width 3) reports a misaligned address; the
+    // 128 x 128 block (136:72) and a width-5 layer (48:40) run register staging and must match the CPU.
+    for (const auto& [in_c, out_c, filter_w] : {std::tuple{64, 64, 3}, {136, 72, 3}, {48, 40, 5}}) {
+      ++cases;
+      failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, 0, false, gen,
+                            Layer{3, 9, 17, 2, filter_w, 8});
     }
   }
   std::printf("%d failures in %d cases\n", failures, cases);
