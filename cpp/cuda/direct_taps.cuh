@@ -12,6 +12,7 @@
 
 #include "cuda/gemm_mma.cuh"
 #include "cuda/omega_config.cuh"
+#include "cuda/staging.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
@@ -63,7 +64,7 @@ struct TapsConfig {
 // of the step, dY and X alike, so that the two sides share the row's place in the walk (two multiply-high
 // divisions); the last pieces are the X halo's.
 template <class C>
-struct TapsStager {
+struct TapsStager : StagingGeometry {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   static constexpr int kElements = 16 / int(sizeof(T));
@@ -74,7 +75,6 @@ struct TapsStager {
 
   const T* out_grad;  // at the block's first channel
   const T* input;
-  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
   int channel, first_row;  // this thread's channels within the block, its first row of a step
   int next_unit;           // the first position of the next step
   bool oc_valid, ic_valid;
@@ -83,10 +83,7 @@ struct TapsStager {
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
-    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
-    in_h = int(p.in_h), in_w = int(p.in_w);
-    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
-    col_offset = work.f0 - int(p.pad_left);  // input column of tap j = dY column + f0 + j - pad_left
+    init_geometry(p, work);  // input column of tap j: dY column + col_offset + j
     channel = tid % kPerUnit * kElements;
     first_row = tid / kPerUnit;
     next_unit = 0;
@@ -204,18 +201,7 @@ struct TapsGemm {
   // Round Round's accumulators to As[tap][row][col], as MmaGemm::stage_round.
   template <int Round>
   __device__ void stage_round(float* out) const {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int j = 0; j < C::taps; ++j)
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int group = mi * 16 + h * 8;
-          if (group / rows_per_round != Round) continue;
-          const int row = owner * rows_per_round + group % rows_per_round + g;
-          stage_fragment_half(out + (j * C::round_rows + row) * C::out_stride + n0 + 2 * t, acc[j][mi], h);
-        }
+    stage_accumulators<C, Round, rows_per_round>(out, acc, 0, owner, n0, lane);
   }
 };
 

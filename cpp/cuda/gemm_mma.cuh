@@ -83,6 +83,27 @@ __device__ __forceinline__ void stage_fragment_half(float* dst, const float (&ac
     *reinterpret_cast<float2*>(dst + ni * 8) = make_float2(acc[ni][2 * h], acc[ni][2 * h + 1]);
 }
 
+// Round Round's share of a warp's accumulators, S slices of MI x NI fragments, to the output rounds'
+// As[slice][row][col]: fragment group rows (16 mi + 8 h) whose group / RowsPerRound is Round, at row
+// owner * RowsPerRound + group % RowsPerRound + g of slice slice0 + s (MmaGemm and TapsGemm).
+template <class C, int Round, int RowsPerRound, int S, int MI, int NI>
+__device__ __forceinline__ void stage_accumulators(float* out, const float (&acc)[S][MI][NI][4], int slice0,
+                                                   int owner, int n0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int group = mi * 16 + h * 8;  // first warp-tile row of this fragment group
+        if (group / RowsPerRound != Round) continue;
+        const int row = owner * RowsPerRound + group % RowsPerRound + g;
+        stage_fragment_half(out + ((slice0 + s) * C::round_rows + row) * C::out_stride + n0 + 2 * t,
+                            acc[s][mi], h);
+      }
+}
+
 template <class C>
 struct MmaGemm {
   static constexpr bool sixteen_bit = C::operand == Operand::kBF16 || C::operand == Operand::kF16;
@@ -187,19 +208,7 @@ struct MmaGemm {
   // Writes round Round's accumulators to As[slice][row][col] (row = owner * rows_per_round + local row).
   template <int Round>
   __device__ void stage_round(float* out) const {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int s = 0; s < slices_per_warp; ++s)
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int group = mi * 16 + h * 8;  // first warp-tile row of this fragment group
-          if (group / rows_per_round != Round) continue;
-          const int row = owner * rows_per_round + group % rows_per_round + g;
-          stage_fragment_half(out + ((slice0 + s) * C::round_rows + row) * C::out_stride + n0 + 2 * t,
-                              acc[s][mi], h);
-        }
+    stage_accumulators<C, Round, rows_per_round>(out, acc, slice0, owner, n0, lane);
   }
 };
 

@@ -12,6 +12,21 @@
 
 namespace winrs::cuda {
 
+// The layer's sizes a stager indexes X and dY with, and one work tile's offsets from a dY position to its X
+// position. Every stager (chunks, units, copies, the filter-row tile's) is one.
+struct StagingGeometry {
+  int out_c, in_c, out_h, out_w, in_h, in_w;
+  int row_offset;  // input row = dY row + fh - pad_top
+  int col_offset;  // input column = dY column + f0 (+ the column within the tile) - pad_left
+
+  __device__ void init_geometry(const Problem& p, const WorkTile& work) {
+    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
+    in_h = int(p.in_h), in_w = int(p.in_w);
+    row_offset = work.fh - int(p.pad_top);
+    col_offset = work.f0 - int(p.pad_left);
+  }
+};
+
 // Transforms the P channels of the first Cols columns of raw data (two channels at a time on the 16-bit
 // paths, packed into one word) and stores their alpha rows at dst, dst + K stride, ... (the side's K-row
 // stride).
@@ -66,7 +81,7 @@ __device__ __forceinline__ void store_input_rows(const Channels<P, T> (&raw)[N],
 // one unit's dY rows or of its X tile, read with vector loads of up to 16 bytes per column. Its unit's
 // position is a cursor that moves on by K units per step.
 template <class C>
-struct ChunkStager {
+struct ChunkStager : StagingGeometry {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   using Tile = typename C::Tile;
@@ -82,7 +97,7 @@ struct ChunkStager {
 
   const T* out_grad;
   const T* input;
-  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset, oc0, ic0;
+  int oc0, ic0;
   bool vectors;  // both channel counts and base pointers allow the chunk-wide loads
   UnitWalk walk;
   Slot slots[C::phases];
@@ -92,10 +107,7 @@ struct ChunkStager {
                        const T* dy) {
     out_grad = dy;
     input = x;
-    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
-    in_h = int(p.in_h), in_w = int(p.in_w);
-    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
-    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 + t - pad_left
+    init_geometry(p, work);
     oc0 = work.oc0, ic0 = work.ic0;
     constexpr int vector = C::chunk * sizeof(T) < 16 ? C::chunk : 16 / sizeof(T);  // elements per load
     constexpr uintptr_t align = vector * sizeof(T);
@@ -158,14 +170,13 @@ struct ChunkStager {
 // Unit staging: in each load phase each warp stages one unit, each thread FC consecutive output channels of
 // its dY rows and IC consecutive input channels of its X tile: one cursor and one address for both sides.
 template <class C>
-struct UnitStager {
+struct UnitStager : StagingGeometry {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   static constexpr int kUnitsPerPhase = kWarps;
 
   const T* out_grad;
   const T* input;
-  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
   int unit, filter_c, input_c, oc, ic;
   bool vectors;  // both channel counts and base pointers allow the FC- and IC-wide loads
   UnitWalk walk;
@@ -177,10 +188,7 @@ struct UnitStager {
                        const T* dy) {
     out_grad = dy;
     input = x;
-    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
-    in_h = int(p.in_h), in_w = int(p.in_w);
-    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
-    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 + t - pad_left
+    init_geometry(p, work);
     unit = tid / 32;
     filter_c = (tid % 32) * C::FC;
     input_c = (tid % 32) * C::IC;
@@ -230,7 +238,7 @@ struct UnitStager {
 // once through a batch of 1 would loop 64 times), paid once per unit and thread. Needs channel counts that
 // are multiples of 16 bytes and 16-byte aligned tensors (launch_direct checks).
 template <class C>
-struct CopyStager {
+struct CopyStager : StagingGeometry {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   static_assert(sizeof(T) == sizeof(Smem), "the operands are staged as stored");
@@ -244,7 +252,6 @@ struct CopyStager {
 
   const T* out_grad;  // dY and X at the block's first channels
   const T* input;
-  int out_c, in_c, out_h, out_w, in_h, in_w, row_offset, col_offset;
   int channel, first_unit, next_unit;  // channel of piece 0; next_unit: the first unit of the next step
   int oc_left, ic_left;                // channels of the block within the layer
   UnitWalk walk;
@@ -252,10 +259,7 @@ struct CopyStager {
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
-    out_c = int(p.out_c), in_c = int(p.in_c), out_h = int(p.out_h), out_w = int(p.out_w);
-    in_h = int(p.in_h), in_w = int(p.in_w);
-    row_offset = work.fh - int(p.pad_top);   // input row = dY row + fh - pad_top
-    col_offset = work.f0 - int(p.pad_left);  // input column = dY column + f0 - pad_left
+    init_geometry(p, work);
     channel = (tid % kPerUnit) * kElements;
     first_unit = tid / kPerUnit;
     next_unit = 0;
