@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -28,7 +28,16 @@ for stage in "$@"; do
       # On Hopper the 16-bit direct kernel's 128 x 128 block runs by wgmma; the second run checks mma.sync's.
       "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30
       WINRS_JAX_WGMMA=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-mma.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30
+      # The filter-row tile's wgmma forms (cuda/wgmma_taps.cuh), not yet the default.
+      for form in per-tap wide; do
+        WINRS_JAX_WGMMA_TAPS=$form "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-taps-$form.log" 2>&1
+        echo "taps $form: $(grep -E "FAILED|failures" "$OUT/kernel-check-taps-$form.log" | tail -8)"
+      done ;;
+    probe)
+      # The wgmma descriptor properties that the filter-row tile's wgmma forms rely on (tools/wgmma_probe.cu).
+      nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \
+        && /tmp/wgmma_probe | tee "$OUT/wgmma-probe.txt" ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1

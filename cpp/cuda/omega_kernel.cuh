@@ -22,6 +22,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -31,13 +32,14 @@
 #include "cuda/omega.h"
 #include "cuda/staging.cuh"
 #include "cuda/wgmma.cuh"
+#include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
 
 template <class C>
 using GemmPolicy =
-    std::conditional_t<C::wgmma, WgmmaGemm<C>,
+    std::conditional_t<C::wgmma, std::conditional_t<(C::taps > 1), WgmmaTapsGemm<C>, WgmmaGemm<C>>,
                        std::conditional_t<(C::taps > 1), TapsGemm<C>,
                                           std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>>>;
 template <class C>
@@ -277,6 +279,28 @@ bool runs_wgmma() {
 #endif
 }
 
+// The form of the filter-row tile's wgmma kernel (wgmma_taps.cuh) that WINRS_JAX_WGMMA_TAPS names, "wide"
+// or "per-tap". None by default: the mma.sync tile runs until the wgmma one has passed kernel_check on a
+// device and measured faster (written without one; tools/wgmma_probe.cu checks its descriptors first).
+inline int wgmma_taps_form() {
+  const char* form = std::getenv("WINRS_JAX_WGMMA_TAPS");
+  if (!form) return 0;
+  if (std::strcmp(form, "wide") == 0) return 2;
+  return std::strcmp(form, "per-tap") == 0 ? 1 : 0;
+}
+
+template <Path P>
+cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
+  if constexpr (kSixteenBit<path_info(P).operand>) {
+    using PerTap = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kPerTap>;
+    using Wide = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kWide>;
+    const int form = wgmma_taps_form();
+    if (form == 1 && runs_wgmma<PerTap>()) return launch_config<PerTap>(args, stream);
+    if (form == 2 && runs_wgmma<Wide>()) return launch_config<Wide>(args, stream);
+  }
+  return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
+}
+
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
 // XLA's buffers are aligned, a misaligned caller gets an error rather than a grid the plan did not count),
 // else one column per block, copy-staged where the channels and pointers allow, by wgmma on Hopper in 16
@@ -290,7 +314,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
     if (shape.columns == kDirectTaps) {
       if (!copies) return cudaErrorMisalignedAddress;
-      return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
+      return launch_taps<P>(args, stream);
     }
     if (shape.block_oc == kNarrowBlock) {
       return copies ? launch_config<OmegaConfig<0, P, true, true>>(args, stream)

@@ -78,16 +78,23 @@ struct WgmmaConfig {
   __device__ static constexpr int input_offset(int k, int c) { return side_elems + piece(k, c); }
 };
 
-// wgmma's shared-memory matrix descriptor: start address, LBO and SBO in 16-byte units, 128-byte swizzle.
-__device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t lbo_bytes,
-                                                     uint32_t sbo_bytes) {
+// The swizzle modes of wgmma's descriptors (their field values): rows of 128 or 64 bytes whose 16-byte pieces
+// are XORed with the row's address bits 7..9 or 7..8.
+enum class WgmmaSwizzle : uint64_t { k128 = 1, k64 = 2 };
+
+// wgmma's shared-memory matrix descriptor: start address, LBO and SBO in 16-byte units, the swizzle mode,
+// base offset 0 (the swizzle follows the start's address bits; tools/wgmma_probe.cu).
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                     WgmmaSwizzle swizzle = WgmmaSwizzle::k128) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return uint64_t((address & 0x3FFFF) >> 4) | uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16 |
-         uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
+         uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32 | uint64_t(swizzle) << 62;
 }
 
-// Keeps the compiler from moving accesses to an accumulator across the asynchronous MMAs that write it.
+// Keeps the compiler from moving accesses to an accumulator (or reusing a register operand) across the
+// asynchronous MMAs that use it.
 __device__ __forceinline__ void pin_register(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void pin_register(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 
 // The X and dY copies of this thread (cp.async, generic proxy) visible to wgmma's reads (async proxy); before
 // the barrier that publishes them.

@@ -281,6 +281,9 @@ class Result:
     # XLA's temporary bytes for the compiled WinRS filter gradient: the workspace plus what the graph around the
     # kernels needs (dW in float32 before its cast and transpose to the filter's dtype and layout).
     winrs_temp_bytes: int = 0
+    # The auto plan's measured choice with its own timings ("WinRS (measured: WinRS 0.081 ms, XLA 0.092 ms)"):
+    # where auto picked WinRS and this benchmark timed it slower than XLA, the two measurements disagree.
+    auto_choice: str = ""
 
     @property
     def speedup(self) -> float:
@@ -312,7 +315,7 @@ class Result:
             winrs_signed_error=self.winrs_signed_error, xla_signed_error=self.xla_signed_error,
             max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
             cached_choice_ms=self.cached_choice_ms, auto_path=self.auto_path, auto_ms=self.auto_ms,
-            winrs_temp_bytes=self.winrs_temp_bytes,
+            winrs_temp_bytes=self.winrs_temp_bytes, auto_choice=self.auto_choice,
         )  # fmt: skip
 
 
@@ -534,4 +537,5 @@ def measure(
         auto_path=auto.path if auto_ms is not None else "",
         auto_ms=auto_ms,
         winrs_temp_bytes=_temp_bytes(compiled["winrs"]),
+        auto_choice=auto.choice,
     )
