@@ -186,6 +186,15 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
     }
+    // Batches of 64 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_WGMMA_TMA=1, copies a pixel of
+    // 64 images per step): partial channel panels (72, 136), padding on both sides, chained and atomic.
+    for (const auto& [in_c, out_c, buckets, atomic, filter_w] :
+         {std::tuple{136, 72, 0, true, 3}, std::tuple{200, 136, 1, false, 5},
+          std::tuple{72, 264, 0, true, 6}}) {
+      ++cases;
+      failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
+                            Layer{64, 4, 7, 2, filter_w});
+    }
     // X 8 bytes off 16-byte alignment: the filter-row tile (64:64, width 3) reports a misaligned address; the
     // 128 x 128 block (136:72) and a width-5 layer (48:40) run register staging and must match the CPU.
     for (const auto& [in_c, out_c, filter_w] : {std::tuple{64, 64, 3}, {136, 72, 3}, {48, 40, 5}}) {

@@ -2,6 +2,7 @@
 // CMake generates from omega_instance.cu.in).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "winrs/grouped.h"
@@ -25,6 +26,8 @@ struct OmegaArgs {
   // This kernel's semaphores at this many words into a problem's workspace, zeroed before the launch; -1 when
   // its chains have one link (no ordering needed).
   long long semaphore_offset;
+  // The TMA's maps of dY and X (tma.cuh) for the kernels that stage by it; set by their launch.
+  CUtensorMap grad_map, input_map;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

@@ -99,7 +99,7 @@ struct OmegaConfig {
   // hid a fraction of the loads' latency: the direct bf16 kernel ran at 142 GEMM TFLOP/s, now 224. TF32
   // operands land unrounded and are rounded at the fragment load.
   static constexpr int taps = 1;  // filter columns per block of the direct kernel (direct_taps.cuh: more)
-  static constexpr bool copy = Copy, wgmma = false;
+  static constexpr bool copy = Copy, wgmma = false, tma = false;
   static_assert(!Copy || (V == 0 && tensor_cores && BN == BM));
   static constexpr int copy_substeps = 4, copy_stages = 3;
   static constexpr int copy_pieces = 1;                 // 16-byte pieces per thread and unit (CopyStager)

@@ -10,8 +10,10 @@
 // segment's bucket, after the previous link of its chain where segments share buckets (serial split-K,
 // winrs/segments.h), or adds into dW atomically (four channels per add on sm_90). The kernel takes its
 // configuration type: OmegaConfig (a variant on a path), TapsConfig, the direct kernel's filter-row tile
-// (direct_taps.cuh), or WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh). The direct kernel on the
-// tensor-core paths stages by cp.async (copy_main_loop) where channels come in 16-byte pieces.
+// (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), or WgmmaTapsConfig, the
+// filter-row tile on Hopper (wgmma_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
+// (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
+// (tma_main_loop, opt-in until run on a device).
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -31,6 +33,7 @@
 #include "cuda/gemm_mma.cuh"
 #include "cuda/omega.h"
 #include "cuda/staging.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
@@ -103,6 +106,54 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
   cp_async_wait<0>();
 }
 
+// Main loop of TMA staging (WgmmaConfig with Tma): thread 0 copies each step's four boxes (dY and X, two
+// 64-channel panels each: one pixel of 64 images) into a free buffer, and the warps wait for them on the
+// buffer's `full` barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited
+// for, one step later, so that a step's MMAs run while the next is issued; thread 0 refills it once all
+// warps have. No block-wide barrier in the loop.
+template <class C, class Gemm>
+__device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkTile& work,
+                                              const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
+                                              uint64_t* full, uint64_t* empty) {
+  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
+  const Problem& p = args.problem;
+  const int boxes = walk.batch / C::copy_units;  // steps per pixel
+  const int steps = walk.rows * walk.units_per_row * boxes;
+  const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
+  const int tid = threadIdx.x;
+  const auto produce = [&](int s) {  // thread 0
+    typename C::Smem* stage = smem + s % stages * step_elems;
+    uint64_t* bar = full + s % stages;
+    const int pixel = s / boxes, image = s % boxes * C::copy_units;
+    const int oh = walk.row_begin + pixel / walk.units_per_row,
+              ow = walk.w_begin + pixel % walk.units_per_row;
+    mbarrier_arrive_expect(bar, 4 * C::panel_bytes);
+#pragma unroll
+    for (int panel = 0; panel < 2; ++panel) {
+      const int c = panel * C::panel_channels;
+      tma_load_4d(stage + panel * C::panel_elems, &args.grad_map, bar, work.oc0 + c, ow, oh, image);
+      tma_load_4d(stage + C::side_elems + panel * C::panel_elems, &args.input_map, bar, work.ic0 + c,
+                  ow + col_offset, oh + row_offset, image);
+    }
+  };
+  if (tid == 0)
+    for (int s = 0; s < stages && s < steps; ++s) produce(s);
+  for (int s = 0; s < steps; ++s) {
+    mbarrier_wait(full + s % stages, (s / stages) & 1);
+    const typename C::Smem* current = smem + s % stages * step_elems;
+    static_for<0, C::copy_substeps>([&](auto sub) { gemm.run_step(current, decltype(sub)::value); });
+    gemm.template retire<1>();  // the previous step's MMAs are done: its buffer is free
+    if (s > 0) {
+      if (tid % 32 == 0) mbarrier_arrive(empty + (s - 1) % stages);
+      if (tid == 0 && s - 1 + stages < steps) {
+        mbarrier_wait(empty + (s - 1) % stages, ((s - 1) / stages) & 1);
+        produce(s - 1 + stages);
+      }
+    }
+  }
+  gemm.template retire<0>();
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kVectorAtomics = true;  // atomicAdd(float4*, float4)
 #else
@@ -149,7 +200,8 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
 }
 
 template <class C>
-__global__ void __launch_bounds__(kThreads, C::blocks_per_sm) omega_kernel(OmegaArgs args) {
+__global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
+    omega_kernel(const __grid_constant__ OmegaArgs args) {
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
   using Smem = typename C::Smem;
@@ -184,7 +236,19 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm) omega_kernel(Omega
   Gemm gemm;
   gemm.init(tid);
 
-  if constexpr (C::copy) {
+  if constexpr (C::tma) {
+    uint64_t* full = reinterpret_cast<uint64_t*>(base + C::copy_bytes);
+    uint64_t* empty = full + C::copy_stages;
+    if (tid == 0) {
+      for (int s = 0; s < C::copy_stages; ++s) {
+        mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
+        mbarrier_init(empty + s, kWarps);
+      }
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+    tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+  } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
     copy_main_loop<C>(stager, gemm, smem, stager.steps());
@@ -289,6 +353,14 @@ inline int wgmma_taps_form() {
   return std::strcmp(form, "per-tap") == 0 ? 1 : 0;
 }
 
+// Whether WINRS_JAX_WGMMA_TMA=1 asks for the 128 x 128 wgmma block's TMA staging (batches that are multiples
+// of 64, one problem per launch). Off by default until it has passed kernel_check on a device and measured
+// faster (written without one).
+inline bool tma_staging() {
+  const char* flag = std::getenv("WINRS_JAX_WGMMA_TMA");
+  return flag && std::strcmp(flag, "1") == 0;
+}
+
 template <Path P>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
@@ -321,7 +393,18 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
                     : launch_config<OmegaConfig<0, P, true, false>>(args, stream);
     }
     if constexpr (kSixteenBit<path_info(P).operand>) {
-      if (copies && runs_wgmma<WgmmaConfig<P>>()) return launch_config<WgmmaConfig<P>>(args, stream);
+      if (copies && runs_wgmma<WgmmaConfig<P>>()) {
+        using Tma = WgmmaConfig<P, true>;
+        if (tma_staging() && p.batch % Tma::copy_units == 0 && args.groups == 1 && runs_wgmma<Tma>()) {
+          OmegaArgs mapped = args;
+          if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
+                                 Tma::copy_units) &&
+              encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
+                                 Tma::copy_units))
+            return launch_config<Tma>(mapped, stream);
+        }
+        return launch_config<WgmmaConfig<P>>(args, stream);
+      }
     }
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }

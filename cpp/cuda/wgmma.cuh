@@ -27,7 +27,7 @@ namespace winrs::cuda {
 #define WINRS_WGMMA_CODE 0
 #endif
 
-template <Path P>
+template <Path P, bool Tma = false>
 struct WgmmaConfig {
   using Tile = TileMath<0>;
   static constexpr int variant = 0;
@@ -44,6 +44,9 @@ struct WgmmaConfig {
   static constexpr int blocks_per_sm = kVariants[0].shape(P).blocks_per_sm;
   static constexpr int K = 16;  // units per wgmma (k16)
   static constexpr bool chunked = false, copy = true;
+  // Tma: a step is one pixel of 64 consecutive images (batches that are multiples of 64), copied by the TMA
+  // (tma.cuh) as four boxes of 64 channels, with barriers per buffer instead of the block's (tma_main_loop).
+  static constexpr bool tma = Tma;
   static constexpr int copy_substeps = 4, copy_stages = 3;  // 96 KB: two blocks per SM
   // Two 16-byte pieces of a unit per thread (eight threads per unit of 128 channels, each copy of a warp
   // 128 contiguous bytes of four units): the unit's place in the walk and its addresses are computed half as
@@ -61,7 +64,9 @@ struct WgmmaConfig {
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   // The swizzle repeats every 8 rows (1024 bytes) and is read from address bits: buffers start 1024-aligned.
   static constexpr size_t smem_align = 1024;
-  static constexpr size_t smem_bytes = copy_bytes + smem_align;
+  // TMA staging's barriers follow the buffers (which the output rounds reuse): full and empty, per buffer.
+  static constexpr size_t barrier_bytes = Tma ? 2 * copy_stages * sizeof(uint64_t) : 0;
+  static constexpr size_t smem_bytes = copy_bytes + smem_align + barrier_bytes;
 
   // Output rounds through the same memory, as OmegaConfig's.
   static constexpr int out_stride = BM + 4;
@@ -183,10 +188,16 @@ struct WgmmaGemm {
                                  wgmma_descriptor(b, C::panel_bytes, sbo));
     if (sub == C::copy_substeps - 1) {
       wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < 64; ++i) pin_register(acc[i]);
+      if constexpr (!C::tma) retire<0>();  // TMA staging waits one step later (tma_main_loop)
     }
+  }
+
+  // Waits until at most Pending of the committed steps' MMAs are in flight.
+  template <int Pending>
+  __device__ void retire() {
+    wgmma_wait<Pending>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) pin_register(acc[i]);
   }
 
   template <int Round>

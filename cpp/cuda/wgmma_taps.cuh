@@ -43,7 +43,7 @@ struct WgmmaTapsConfig {
   static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
   static constexpr int blocks_per_sm = 2;
   static constexpr int K = 16;  // units per wgmma (k16)
-  static constexpr bool chunked = false, copy = true;
+  static constexpr bool chunked = false, copy = true, tma = false;
   static constexpr int copy_substeps = 4, copy_stages = 4;
   static constexpr int copy_units = copy_substeps * K;  // dY units per step
   static constexpr int x_rows = copy_units + Taps - 1;  // X positions per step
