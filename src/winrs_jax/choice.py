@@ -1,10 +1,11 @@
 """Which implementation computes a layer's filter gradient: WinRS or XLA's own, chosen by measurement.
 
 The cost model cannot know XLA's (cuDNN's) time, so in the default mode "auto" the first trace of a layer times
-both on random data of the layer's shapes and dtype, on the default device, outside the trace being built (WinRS
-also on the other arithmetic paths of equal accuracy that the cost model finds close: planner.path_alternatives),
-and remembers the fastest: in memory, and on disk so later processes skip the measurement (the habit of
-cudnn.benchmark and of XLA's autotuner). Modes:
+both filter gradients as the caller runs them (its layout, strides, groups and dtypes, so that WinRS's layout
+transposes and casts count) on random data of the layer's shapes, on the default device, outside the trace being
+built (WinRS also on the other arithmetic paths of equal accuracy that the cost model finds close:
+planner.path_alternatives), and remembers the fastest: in memory, and on disk so later processes skip the
+measurement (the habit of cudnn.benchmark and of XLA's autotuner). Modes:
 
 - "auto": measured choice (the default);
 - "winrs": WinRS wherever the planner supports the layer (tests force this);
@@ -42,13 +43,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from winrs_jax import _partition
+from winrs_jax.geometry import ConvSpec
 from winrs_jax.planner import Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
 
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
 _MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("winrs_jax_mode", default=None)
-_FORMAT = 2  # version of the cache files' content (2: the path WinRS measured fastest on)
+_FORMAT = 3  # version of the cache files' content (2: the path WinRS measured fastest on; 3: in the caller's layout)
 
 
 def _check_mode(mode: str) -> str:
@@ -86,6 +87,18 @@ class Decision:
         chosen = "WinRS" if self.winrs else "XLA"
         on = f" on {self.path}" if self.path else ""
         return f"{chosen} ({self.source}: WinRS{on} {self.winrs_ms:.3f} ms, XLA {self.xla_ms:.3f} ms)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """A convolution as its caller runs it: the operands' shapes (one device's shard, one stacked problem) and
+    dtype, and lax's arguments (layout, strides, groups, precision). Auto mode times its filter gradient."""
+
+    lhs_shape: tuple[int, ...]
+    rhs_shape: tuple[int, ...]
+    dtype: Any
+    spec: ConvSpec
+    options: PlannerOptions | None = None
 
 
 def cache_dir() -> Path:
@@ -241,28 +254,6 @@ def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
-def xla_filter_grad(x: jax.Array, dy: jax.Array, plan: Plan, precision: Any) -> jax.Array:
-    """XLA's filter gradient ([D x] H x W x C x K: the HWIO layout of Flax and Haiku) of a planned layer from X
-    and dY in N[D]HWC."""
-    _, _, (k, *window, c) = plan.canonical_shapes()
-    top, bottom, left, right = plan.pads
-    pads = [(top, bottom), (left, right)]
-    dn = ("NHWC", "HWIO", "NHWC")
-    if plan.depth[2]:
-        pads, dn = [plan.depth_pads, *pads], ("NDHWC", "DHWIO", "NDHWC")
-
-    strides, dilation = plan.strides, plan.dilation
-    if plan.depth[2]:
-        strides, dilation = (plan.depth_stride, *strides), (plan.depth_dilation, *dilation)
-
-    def forward(w: jax.Array) -> jax.Array:
-        return lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dilation, dimension_numbers=dn,
-                                        feature_group_count=plan.groups, batch_group_count=plan.batch_groups,
-                                        precision=precision)  # fmt: skip
-
-    return jax.vjp(forward, jnp.zeros((*window, c, k), x.dtype))[1](dy)[0]
-
-
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _filler(shape: tuple[int, ...], dtype: Any, seed: int) -> jax.Array:
     """Values spread over [0, 1) by a multiplicative hash of the index, made on the device: a large layer's random
@@ -272,31 +263,38 @@ def _filler(shape: tuple[int, ...], dtype: Any, seed: int) -> jax.Array:
     return (hashed.astype(jnp.float32) * 2.0**-24).reshape(shape).astype(dtype)
 
 
-def _measure(plan: Plan, dtype: Any, precision: Any, alternatives: tuple[Plan, ...] = ()) -> Decision:
-    """Times XLA's filter gradient against WinRS's plan and its alternatives (planner.path_alternatives)."""
-    x_shape, dy_shape, _ = plan.canonical_shapes()
-    x, dy = _filler(x_shape, dtype, 0), _filler(dy_shape, dtype, 12345)
+def _filter_grad(conv: Callable[[jax.Array, jax.Array], jax.Array], layer: Layer) -> Callable[..., jax.Array]:
+    """The filter gradient of `conv` (x, w) -> y at the layer's filter shape: the VJP with respect to w, whose
+    forward convolution jit drops."""
 
-    def winrs_fn(candidate: Plan, path: str | None) -> Callable[[jax.Array, jax.Array], jax.Array]:
-        forced = candidate.forced_kernels
-        options = PlannerOptions(sm_count=candidate.sm_count, segments=candidate.forced_segments or None,
-                                 buckets=candidate.forced_buckets or None, deterministic=candidate.deterministic,
-                                 path=path,
-                                 kernels=None if forced[0] < 0 else forced)  # fmt: skip
+    def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
+        return jax.vjp(lambda w: conv(x, w), jnp.zeros(layer.rhs_shape, layer.dtype))[1](dy)[0]
 
-        def winrs(x: jax.Array, dy: jax.Array) -> jax.Array:
-            # as conv runs it: K x ... x C to HWIO, input dtype
-            return jnp.moveaxis(_partition.run_plan(x, dy, candidate, options), 0, -1).astype(x.dtype)
+    return filter_grad
 
-        return winrs
 
-    def xla(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return xla_filter_grad(x, dy, plan, precision)
+def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> Decision:
+    """Times XLA's filter gradient against WinRS's plan and its alternatives (planner.path_alternatives), each as
+    the caller's jit runs it: lax.conv_general_dilated's transpose, and winrs_jax's conv forced to WinRS on the
+    candidate's path (its layout transposes and dW's cast included)."""
+    from winrs_jax._primitives import bind_conv  # it imports this module
+
+    spec = layer.spec
+    lax_conv = functools.partial(lax.conv_general_dilated, **spec.lax_kwargs())
+    lhs = jax.ShapeDtypeStruct(layer.lhs_shape, layer.dtype)
+    out = jax.eval_shape(lax_conv, lhs, jax.ShapeDtypeStruct(layer.rhs_shape, layer.dtype))
+    x, dy = _filler(layer.lhs_shape, layer.dtype, 0), _filler(out.shape, out.dtype, 12345)
+
+    def winrs_fn(path: str | None) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        options = dataclasses.replace(layer.options or PlannerOptions(), mode="winrs")
+        if path is not None:
+            options = with_path(options, path)
+        return _filter_grad(lambda x, w: bind_conv(x, w, spec, options), layer)
 
     candidates = (plan, *alternatives)
-    xla_compiled = jax.jit(xla).lower(x, dy).compile()
+    xla_compiled = jax.jit(_filter_grad(lax_conv, layer)).lower(x, dy).compile()
     try:
-        fns = [winrs_fn(plan, None), *[winrs_fn(other, other.path) for other in alternatives]]
+        fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
         compiled = [jax.jit(fn).lower(x, dy).compile() for fn in fns]
         xla_ms, *winrs_ms = _time_all(
             [lambda: xla_compiled(x, dy), *[functools.partial(c, x, dy) for c in compiled]]
@@ -328,15 +326,18 @@ def _outside_trace(fn: Callable[[], Decision]) -> Decision:
     return box["value"]
 
 
-def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
+def layer_key(plan: Plan, layer: Layer) -> str:
     device = jax.devices()[0]
     from winrs_jax import __version__
 
+    spec = layer.spec
     return json.dumps(
         dict(
             device=device.device_kind, platform=device.platform, winrs_jax=__version__, jax=jax.__version__,
             batch=plan.batch, input=plan.input_hw, channels=plan.channels, filter=plan.filter_hw, pads=plan.pads,
-            dtype=np.dtype(dtype).name, precision=str(precision), path=plan.path, reference=plan.reference,
+            dtype=np.dtype(layer.dtype).name, precision=str(spec.precision), path=plan.path,
+            reference=plan.reference, layout=[list(d) for d in spec.dimension_numbers],
+            preferred=str(spec.preferred_element_type),
             sm_count=plan.sm_count, segments=plan.forced_segments, buckets=plan.forced_buckets,
             deterministic=deterministic_sum(plan.deterministic),
             kernels=plan.forced_kernels, depth=plan.depth,
@@ -351,14 +352,15 @@ def layer_key(plan: Plan, dtype: Any, precision: Any) -> str:
 Alternatives = tuple[Plan, ...] | Callable[[], tuple[Plan, ...]]
 
 
-def decide(plan: Plan, dtype: Any, precision: Any, alternatives: Alternatives = ()) -> Decision:
-    """The measured decision for a supported plan (and its alternatives on other paths, planned only when the
-    layer is measured: a cached re-trace plans nothing more): from the cache, or measured now and remembered."""
-    key = layer_key(plan, dtype, precision)
+def decide(plan: Plan, layer: Layer, alternatives: Alternatives = ()) -> Decision:
+    """The measured decision for a supported plan of `layer` (and its alternatives on other paths, planned only
+    when the layer is measured: a cached re-trace plans nothing more): from the cache, or measured now and
+    remembered."""
+    key = layer_key(plan, layer)
     decision = DECISIONS.get(key)
     if decision is None:
         others = alternatives() if callable(alternatives) else alternatives
-        decision = _outside_trace(lambda: _measure(plan, dtype, precision, others))
+        decision = _outside_trace(lambda: _measure(plan, layer, others))
         DECISIONS.put(key, decision)
         if not decision.winrs:
             _LOG.info(
@@ -398,7 +400,8 @@ def choose(
     def alternatives() -> tuple[Plan, ...]:
         return path_alternatives(lhs_shape, rhs_shape, dtype, spec, options, plan)
 
-    winrs, decision = use_winrs(plan, dtype, spec.precision, mode, alternatives)
+    layer = Layer(tuple(lhs_shape), tuple(rhs_shape), dtype, spec, options)
+    winrs, decision = use_winrs(plan, layer, mode, alternatives)
     if winrs and decision and decision.path and decision.path != plan.path:
         options = with_path(options, decision.path)
     return winrs, decision, options
@@ -406,8 +409,7 @@ def choose(
 
 def use_winrs(
     plan: Plan,
-    dtype: Any,
-    precision: Any,
+    layer: Layer,
     forced_mode: str | None = None,
     alternatives: Alternatives = (),
 ) -> tuple[bool, Decision | None]:
@@ -418,5 +420,5 @@ def use_winrs(
         return False, None
     if chosen in ("winrs", "model"):
         return True, None
-    decision = decide(plan, dtype, precision, alternatives)
+    decision = decide(plan, layer, alternatives)
     return decision.winrs, decision
