@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
     }
-    // Batches of 64 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_WGMMA_TMA=1, copies a pixel of
+    // Batches of 64 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_TRY=tma, copies a pixel of
     // 64 images per step): partial channel panels (72, 136), padding on both sides, chained and atomic.
     for (const auto& [in_c, out_c, buckets, atomic, filter_w] :
          {std::tuple{136, 72, 0, true, 3}, std::tuple{200, 136, 1, false, 5},

@@ -7,6 +7,7 @@
 
 #include "cuda/device.cuh"
 #include "cuda/omega.h"
+#include "cuda/trial.h"
 #include "winrs/grouped.h"
 #include "winrs/reduction.h"
 
@@ -39,13 +40,18 @@ constexpr int kGroupedMinBlocks = grouped_tile_rows(TW) * TW <= 16   ? 5
 
 // Block: kGroupedLanes output channels x kGroupedSlots warps; grid: channel blocks x units x (stacked
 // problems x splits). Each spatial tile of the split's range is staged in shared memory (float32, lane-major,
-// zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h).
-template <typename T, int TW, bool kUnitColumns>
+// zeros outside the arrays), then the warps add their chunks of it (winrs/grouped.h). kPipelined (16-bit
+// depthwise layers with 16-byte channel runs, WINRS_JAX_TRY=grouped-pipeline): the tiles stay 16-bit in two
+// buffers of the same bytes, the next tile copied by cp.async while the warps add the current one (the
+// float32 staging loaded, then added, with no overlap: 27% of DRAM's bandwidth on a 3x3 bf16 layer).
+template <typename T, int TW, bool kUnitColumns, bool kPipelined>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlocks<TW>)
     grouped_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x, const T* __restrict__ dy,
                    float* dw, float* workspace, long long input_stride, long long grad_stride) {
   constexpr int TH = grouped_tile_rows(TW);
-  extern __shared__ float smem[];
+  static_assert(!kPipelined || sizeof(T) == 2);
+  extern __shared__ float4 smem4[];
+  float* const smem = reinterpret_cast<float*>(smem4);
   const int lane = threadIdx.x, slot = threadIdx.y;
   const int64_t k = int64_t(blockIdx.x) * kGroupedLanes + lane;
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
@@ -114,7 +120,56 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
     }
   };
   float acc[TH][TW] = {};
-  for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
+  if constexpr (kPipelined) {
+    // Tile buffers of T: X window, then dY, lane-major as above; 16-byte copies, zeros outside the arrays.
+    T* const buffers = reinterpret_cast<T*>(smem);
+    const int tile_elems = (x_pixels + g_pixels) * kGroupedLanes;
+    const int sub = lane / kLanesPerPixel, part = lane % kLanesPerPixel;
+    const bool lane_inside = k0 + part * V < p.out_c;
+    auto copy = [&](T* dst, int pixels, int cols, int64_t row0, int64_t col0, int64_t rows, int64_t width,
+                    const T* base, int64_t pixel_pitch) {
+      for (int i = slot * kPixelsPerLoad + sub; i < pixels; i += kGroupedSlots * kPixelsPerLoad) {
+        const int64_t row = row0 + i / cols, col = col0 + i % cols;
+        const bool inside = lane_inside && row >= 0 && row < rows && col >= 0 && col < width;
+        cp_async_16(dst + i * kGroupedLanes + part * V,
+                    inside ? base + (row * width + col) * pixel_pitch + part * V : base, inside);
+      }
+    };
+    auto issue = [&](int64_t tile, T* buffer) {
+      const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+      copy(buffer, x_pixels, x_cols, o.ih, o.iw, p.in_h, p.in_w, x + o.n * p.in_h * p.in_w * p.in_c + k0,
+           p.in_c);
+      copy(buffer + x_pixels * kGroupedLanes, g_pixels, out_cols, o.oh, o.ow, p.out_h, p.out_w,
+           dy + o.n * p.out_h * p.out_w * p.out_c + k0, p.out_c);
+    };
+    const int64_t first = plan.first_tile(split), last = plan.first_tile(split + 1);
+    if (first < last) issue(first, buffers);
+    cp_async_commit();
+    for (int64_t tile = first; tile < last; ++tile) {
+      const T* current = buffers + (tile - first) % 2 * tile_elems;
+      // The other buffer was read in the previous iteration, before its closing barrier.
+      if (tile + 1 < last) issue(tile + 1, buffers + (tile + 1 - first) % 2 * tile_elems);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's copies (the next tile's may still be in flight)
+      __syncthreads();
+      const T* const tx = current;
+      const T* const tg = current + x_pixels * kGroupedLanes;
+      auto raw_x = [&](int64_t row, int64_t col) {
+        return to_float(tx[(int(row) * x_cols + int(col)) * kGroupedLanes + lane]);
+      };
+      auto raw_g = [&](int64_t row, int64_t col) {
+        return to_float(tg[(int(row) * out_cols + int(col)) * kGroupedLanes + lane]);
+      };
+      const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+      if (active)
+        for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+          grouped_chunk<TW, kUnitColumns>(p, t, r, q, raw_x, raw_g, acc);
+        });
+      __syncthreads();  // the buffer is read before the copies of tile + 2 overwrite it
+    }
+    cp_async_wait<0>();
+  }
+  for (int64_t tile = plan.first_tile(split); !kPipelined && tile < plan.first_tile(split + 1); ++tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
     __syncthreads();  // the previous tile is read
     if (vector_x) {
@@ -208,20 +263,40 @@ cudaError_t launch_split_sum(const GroupedOp& op, float* filter_grad, const floa
 }
 
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
+// Whether the pipelined 16-bit kernel can run: a depthwise layer (one input channel per group, as many output
+// channels) whose X and dY come in 16-byte channel runs at 16-byte aligned addresses, in every stacked
+// problem.
+template <typename T>
+bool pipelines(const GroupedOp& op, const void* input, const void* out_grad) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    constexpr long long V = 16 / sizeof(T);
+    const GroupedProblem& p = op.problem;
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    return trying("grouped-pipeline") && p.group_c == 1 && p.out_c == p.groups && p.in_c % V == 0 &&
+           p.out_c % V == 0 && aligned(input) && aligned(out_grad) && op.input_stride % V == 0 &&
+           op.grad_stride % V == 0;
+  }
+}
+
 template <typename T>
 cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
                            float* workspace, long long first, long long count, cudaStream_t stream) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
+  const bool pipelined = pipelines<T>(op, input, out_grad);
   return dispatch_grouped(p, plan, [&](auto tile_w, auto unit) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(plan.channel_blocks), unsigned(plan.units), unsigned(count * plan.splits));
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
-    config.dynamicSmemBytes = size_t(plan.smem_bytes);
+    config.dynamicSmemBytes = size_t(plan.smem_bytes);  // one float32 tile, or two 16-bit ones
     config.stream = stream;
+    constexpr int TW = decltype(tile_w)::value;
+    constexpr bool U = decltype(unit)::value;
+    auto* kernel = pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
     return cudaLaunchKernelEx(
-        &config, grouped_kernel<T, decltype(tile_w)::value, decltype(unit)::value>, p, plan,
-        static_cast<const T*>(input) + first * op.input_stride,
+        &config, kernel, p, plan, static_cast<const T*>(input) + first * op.input_stride,
         static_cast<const T*>(out_grad) + first * op.grad_stride, filter_grad + first * p.filter_elems(),
         workspace + first * plan.workspace_elems, static_cast<long long>(op.input_stride),
         static_cast<long long>(op.grad_stride));

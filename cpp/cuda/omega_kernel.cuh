@@ -24,7 +24,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -34,6 +33,7 @@
 #include "cuda/omega.h"
 #include "cuda/staging.cuh"
 #include "cuda/tma.cuh"
+#include "cuda/trial.h"
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
@@ -343,32 +343,13 @@ bool runs_wgmma() {
 #endif
 }
 
-// The form of the filter-row tile's wgmma kernel (wgmma_taps.cuh) that WINRS_JAX_WGMMA_TAPS names, "wide"
-// or "per-tap". None by default: the mma.sync tile runs until the wgmma one has passed kernel_check on a
-// device and measured faster (written without one; tools/wgmma_probe.cu checks its descriptors first).
-inline int wgmma_taps_form() {
-  const char* form = std::getenv("WINRS_JAX_WGMMA_TAPS");
-  if (!form) return 0;
-  if (std::strcmp(form, "wide") == 0) return 2;
-  return std::strcmp(form, "per-tap") == 0 ? 1 : 0;
-}
-
-// Whether WINRS_JAX_WGMMA_TMA=1 asks for the 128 x 128 wgmma block's TMA staging (batches that are multiples
-// of 64, one problem per launch). Off by default until it has passed kernel_check on a device and measured
-// faster (written without one).
-inline bool tma_staging() {
-  const char* flag = std::getenv("WINRS_JAX_WGMMA_TMA");
-  return flag && std::strcmp(flag, "1") == 0;
-}
-
 template <Path P>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
     using PerTap = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kPerTap>;
     using Wide = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kWide>;
-    const int form = wgmma_taps_form();
-    if (form == 1 && runs_wgmma<PerTap>()) return launch_config<PerTap>(args, stream);
-    if (form == 2 && runs_wgmma<Wide>()) return launch_config<Wide>(args, stream);
+    if (trying("taps-wide") && runs_wgmma<Wide>()) return launch_config<Wide>(args, stream);
+    if (trying("taps-per-tap") && runs_wgmma<PerTap>()) return launch_config<PerTap>(args, stream);
   }
   return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
 }
@@ -395,7 +376,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if constexpr (kSixteenBit<path_info(P).operand>) {
       if (copies && runs_wgmma<WgmmaConfig<P>>()) {
         using Tma = WgmmaConfig<P, true>;
-        if (tma_staging() && p.batch % Tma::copy_units == 0 && args.groups == 1 && runs_wgmma<Tma>()) {
+        if (trying("tma") && p.batch % Tma::copy_units == 0 && args.groups == 1 && runs_wgmma<Tma>()) {
           OmegaArgs mapped = args;
           if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
                                  Tma::copy_units) &&
