@@ -216,12 +216,12 @@ def test_conv_gradients_match_xla_on_gpu(
 
 # Layers that reach each kernel not yet on by default (cpp/cuda/trial.h) on the 16-bit paths: x shape, dY
 # channels, filter. The filter-row tile needs a channel count of at most 64 and a width divisible by 3 (here
-# also partial channel blocks and several blocks); TMA staging, batches that are multiples of 64 and both
-# channel counts above 64 (partial channel panels).
+# also partial channel blocks and several blocks); TMA staging, batches of 64 (or 8, 16, 32) and both channel
+# counts above 64 (partial channel panels).
 TRIAL_LAYERS = {
     "taps-per-tap": [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))],
     "taps-wide": [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))],
-    "tma": [((64, 5, 9, 136), 72, (3, 3)), ((64, 4, 7, 200), 136, (3, 5))],
+    "tma": [((64, 5, 9, 136), 72, (3, 3)), ((64, 4, 7, 200), 136, (3, 5)), ((16, 5, 8, 136), 72, (3, 3))],
 }
 
 

@@ -186,14 +186,16 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
     }
-    // Batches of 64 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_TRY=tma, copies a pixel of
-    // 64 images per step): partial channel panels (72, 136), padding on both sides, chained and atomic.
-    for (const auto& [in_c, out_c, buckets, atomic, filter_w] :
-         {std::tuple{136, 72, 0, true, 3}, std::tuple{200, 136, 1, false, 5},
-          std::tuple{72, 264, 0, true, 6}}) {
+    // Batches of 64, 32 and 16 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_TRY=tma, copies a
+    // pixel of 64 images per step, or 64 / batch pixels, the last step of a segment partly past its end):
+    // partial channel panels (72, 136), padding on both sides, chained and atomic.
+    for (const auto& [batch, in_c, out_c, buckets, atomic, filter_w] :
+         {std::tuple{64, 136, 72, 0, true, 3}, std::tuple{64, 200, 136, 1, false, 5},
+          std::tuple{64, 72, 264, 0, true, 6}, std::tuple{32, 136, 72, 1, false, 3},
+          std::tuple{16, 200, 136, 0, true, 5}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
-                            Layer{64, 4, 7, 2, filter_w});
+                            Layer{batch, 4, 7, 2, filter_w});
     }
     // X 8 bytes off 16-byte alignment: the filter-row tile (64:64, width 3) reports a misaligned address; the
     // 128 x 128 block (136:72) and a width-5 layer (48:40) run register staging and must match the CPU.

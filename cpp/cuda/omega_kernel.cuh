@@ -106,34 +106,43 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
   cp_async_wait<0>();
 }
 
-// Main loop of TMA staging (WgmmaConfig with Tma): thread 0 copies each step's four boxes (dY and X, two
-// 64-channel panels each: one pixel of 64 images) into a free buffer, and the warps wait for them on the
-// buffer's `full` barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited
-// for, one step later, so that a step's MMAs run while the next is issued; thread 0 refills it once all
-// warps have. No block-wide barrier in the loop.
+// Main loop of TMA staging (WgmmaConfig with Tma): a step is 64 images of one pixel (batches that are
+// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 8, 16 or 32;
+// past the walk's end, boxes outside the tensor that read as zeros). Thread 0 copies each step's boxes (dY
+// and X, two 64-channel panels each) into a free buffer, and the warps wait for them on the buffer's `full`
+// barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited for, one step
+// later, so that a step's MMAs run while the next is issued; thread 0 refills it once all warps have. No
+// block-wide barrier in the loop.
 template <class C, class Gemm>
 __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkTile& work,
                                               const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
                                               uint64_t* full, uint64_t* empty) {
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
-  const int boxes = walk.batch / C::copy_units;  // steps per pixel
-  const int steps = walk.rows * walk.units_per_row * boxes;
+  const int images = walk.batch < C::copy_units ? walk.batch : C::copy_units;  // per box
+  const int boxes = C::copy_units / images;   // pixels per step (1 for batches of 64 and more)
+  const int per_pixel = walk.batch / images;  // steps per pixel (1 for smaller batches)
+  const int pixels = walk.rows * walk.units_per_row;
+  const int steps = per_pixel > 1 ? pixels * per_pixel : (pixels + boxes - 1) / boxes;
   const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
   const int tid = threadIdx.x;
   const auto produce = [&](int s) {  // thread 0
     typename C::Smem* stage = smem + s % stages * step_elems;
     uint64_t* bar = full + s % stages;
-    const int pixel = s / boxes, image = s % boxes * C::copy_units;
-    const int oh = walk.row_begin + pixel / walk.units_per_row,
-              ow = walk.w_begin + pixel % walk.units_per_row;
-    mbarrier_arrive_expect(bar, 4 * C::panel_bytes);
+    mbarrier_arrive_expect(bar, 4 * C::panel_bytes);  // boxes outside the tensor count whole, as zeros
+    for (int b = 0; b < boxes; ++b) {
+      const int pixel = per_pixel > 1 ? s / per_pixel : s * boxes + b;
+      const int image = per_pixel > 1 ? s % per_pixel * images : pixel < pixels ? 0 : walk.batch;
+      const int oh = walk.row_begin + pixel / walk.units_per_row,
+                ow = walk.w_begin + pixel % walk.units_per_row;
+      const int row = b * images * C::panel_channels;  // the box's first row (unit) in a panel
 #pragma unroll
-    for (int panel = 0; panel < 2; ++panel) {
-      const int c = panel * C::panel_channels;
-      tma_load_4d(stage + panel * C::panel_elems, &args.grad_map, bar, work.oc0 + c, ow, oh, image);
-      tma_load_4d(stage + C::side_elems + panel * C::panel_elems, &args.input_map, bar, work.ic0 + c,
-                  ow + col_offset, oh + row_offset, image);
+      for (int panel = 0; panel < 2; ++panel) {
+        const int c = panel * C::panel_channels;
+        tma_load_4d(stage + panel * C::panel_elems + row, &args.grad_map, bar, work.oc0 + c, ow, oh, image);
+        tma_load_4d(stage + C::side_elems + panel * C::panel_elems + row, &args.input_map, bar, work.ic0 + c,
+                    ow + col_offset, oh + row_offset, image);
+      }
     }
   };
   if (tid == 0)
@@ -376,12 +385,16 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if constexpr (kSixteenBit<path_info(P).operand>) {
       if (copies && runs_wgmma<WgmmaConfig<P>>()) {
         using Tma = WgmmaConfig<P, true>;
-        if (trying("tma") && p.batch % Tma::copy_units == 0 && args.groups == 1 && runs_wgmma<Tma>()) {
+        // Boxes of 64 images, or of the whole batch where it divides 64 in rows of whole 8-row swizzle
+        // periods.
+        const long long images = p.batch < Tma::copy_units ? p.batch : Tma::copy_units;
+        const bool boxes =
+            p.batch % Tma::copy_units == 0 || (Tma::copy_units % p.batch == 0 && p.batch % 8 == 0);
+        if (trying("tma") && boxes && args.groups == 1 && runs_wgmma<Tma>()) {
           OmegaArgs mapped = args;
           if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
-                                 Tma::copy_units) &&
-              encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
-                                 Tma::copy_units))
+                                 int(images)) &&
+              encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, int(images)))
             return launch_config<Tma>(mapped, stream);
         }
         return launch_config<WgmmaConfig<P>>(args, stream);

@@ -72,7 +72,8 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 }
 
 // Host: the tensor map of an N x H x W x C tensor of 16-bit elements at `base` whose boxes are 64 channels
-// (128 bytes: one swizzle row) of one pixel of `images` consecutive images, 128-byte swizzled, zeros outside.
+// (128 bytes: one swizzle row) of one pixel of `images` consecutive images (a multiple of 8: whole periods of
+// the swizzle), 128-byte swizzled, zeros outside.
 // Needs C a multiple of 8 and base 16-byte aligned (launch_direct checks). False if the driver refuses.
 inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
                                long long c, int images) {

@@ -44,8 +44,9 @@ struct WgmmaConfig {
   static constexpr int blocks_per_sm = kVariants[0].shape(P).blocks_per_sm;
   static constexpr int K = 16;  // units per wgmma (k16)
   static constexpr bool chunked = false, copy = true;
-  // Tma: a step is one pixel of 64 consecutive images (batches that are multiples of 64), copied by the TMA
-  // (tma.cuh) as four boxes of 64 channels, with barriers per buffer instead of the block's (tma_main_loop).
+  // Tma: a step is one pixel of 64 consecutive images, or 64 / batch pixels of batches of 8, 16 or 32, copied
+  // by the TMA (tma.cuh) in boxes of 64 channels, with barriers per buffer instead of the block's
+  // (tma_main_loop).
   static constexpr bool tma = Tma;
   static constexpr int copy_substeps = 4, copy_stages = 3;  // 96 KB: two blocks per SM
   // Two 16-byte pieces of a unit per thread (eight threads per unit of 128 channels, each copy of a warp
