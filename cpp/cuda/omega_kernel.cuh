@@ -158,6 +158,7 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
         mbarrier_wait(empty + (s - 1) % stages, ((s - 1) / stages) & 1);
         produce(s - 1 + stages);
       }
+      __syncwarp();  // warp 0 converged again before the next step's .aligned wgmma instructions
     }
   }
   gemm.template retire<0>();
