@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|probe|trials|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -95,6 +95,26 @@ for stage in "$@"; do
         --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
         python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/mix.txt" 2>&1
       grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000 ;;
+    trials)
+      # Nsight Compute kernel durations of the kernels not yet on by default (cpp/cuda/trial.h) against the
+      # defaults, on the layers each targets, bf16 (TRIALS picks the trials, TRIAL_LAYERS overrides the layers).
+      duration() {  # LAYER KERNEL_REGEX WINRS_JAX_TRY
+        (cd /tmp && WINRS_JAX_TRY="$3" ncu --kernel-name "regex:$2" --launch-skip 2 --launch-count 1 \
+          --section SpeedOfLight python3 "$ROOT/tools/profile_layer.py" "$1" bf16 2>&1) \
+          | awk '/^ *Duration/ {print $(NF-1), $NF; exit}'
+      }
+      for trial in ${TRIALS:-taps-wide taps-per-tap tma grouped-pipeline}; do
+        case "$trial" in
+          taps-*) kernel=omega; layers="128:56:64:3 32:112:112:64:128:3:3 16:128:64:3 128:35:35:64:96:3:3" ;;
+          tma) kernel=omega; layers="128:28:128:3 128:14:256:3 128:7:512:3 32:56:256:3 64:14:14:256:256:7:7 16:64:128:3" ;;
+          grouped-pipeline) kernel=grouped_kernel; layers="64:56:128:3:g128 64:28:256:7:g256 128:14:672:5:g672" ;;
+          *) echo "unknown trial $trial"; continue ;;
+        esac
+        for layer in ${TRIAL_LAYERS:-$layers}; do
+          echo "$trial $layer default: $(duration "$layer" "$kernel" "") trial: $(duration "$layer" "$kernel" "$trial")" \
+            | tee -a "$OUT/trials.txt"
+        done
+      done ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do  # Shape.parse's forms, e.g. 64:56:128:3:g128
         (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 \
