@@ -262,7 +262,6 @@ cudaError_t launch_split_sum(const GroupedOp& op, float* filter_grad, const floa
                                           op.problem.filter_elems(), op.plan.splits);
 }
 
-// Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
 // Whether the pipelined 16-bit kernel can run: a depthwise layer (one input channel per group, as many output
 // channels) whose X and dY come in 16-byte channel runs at 16-byte aligned addresses, in every stacked
 // problem.
@@ -280,6 +279,7 @@ bool pipelines(const GroupedOp& op, const void* input, const void* out_grad) {
   }
 }
 
+// Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
 template <typename T>
 cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
                            float* workspace, long long first, long long count, cudaStream_t stream) {
