@@ -216,12 +216,21 @@ def test_conv_gradients_match_xla_on_gpu(
 
 # Layers that reach each kernel not yet on by default (cpp/cuda/trial.h) on the 16-bit paths: x shape, dY
 # channels, filter. The filter-row tile needs a channel count of at most 64 and a width divisible by 3 (here
-# also partial channel blocks and several blocks); TMA staging, batches of 64 (or 8, 16, 32) and both channel
-# counts above 64 (partial channel panels).
+# also partial channel blocks and several blocks; wider with the plan trials); TMA staging, batches of 64 (or
+# 8, 16, 32) and both channel counts above 64 (partial channel panels).
+TAPS_LAYERS = [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))]
+WIDER_TAPS_LAYERS = [
+    ((4, 10, 22, 64), 40, (5, 5)),
+    ((2, 9, 30, 24), 72, (3, 7)),
+    ((3, 8, 12, 136), 72, (3, 3)),
+]
 TRIAL_LAYERS = {
-    "taps-per-tap": [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))],
-    "taps-wide": [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))],
+    "taps-per-tap": TAPS_LAYERS,
+    "taps-wide": TAPS_LAYERS,
     "tma": [((64, 5, 9, 136), 72, (3, 3)), ((64, 4, 7, 200), 136, (3, 5)), ((16, 5, 8, 136), 72, (3, 3))],
+    # The filter-row tile past the filter's last column (5 and 7 wide) and with both channel counts above 64.
+    "taps-partial,taps-any-channels": WIDER_TAPS_LAYERS,
+    "taps-partial,taps-any-channels,taps-wide": WIDER_TAPS_LAYERS,
 }
 
 

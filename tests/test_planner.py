@@ -153,6 +153,31 @@ def test_wide_layers_keep_the_one_tap_block(size, channels):
     assert plan.segment_shape[1] < size and plan.segment_shape[1] != tile.segment_shape[1]
 
 
+@pytest.mark.parametrize(
+    "trial, filter_hw, pads, channels",
+    [("taps-partial", (5, 5), (2, 2, 2, 2), 64), ("taps-partial", (7, 7), (3, 3, 3, 3), 64),
+     ("taps-any-channels", (3, 3), (1, 1, 1, 1), 128)],
+)  # fmt: skip
+def test_plan_trials_give_the_filter_row_tile_more_layers(trial, filter_hw, pads, channels, monkeypatch):
+    """WINRS_JAX_TRY's plan trials (cpp/winrs/trial.h): the filter-row tile also for filter widths that are not
+    multiples of its 3 columns (the last tile's extra columns dropped) and for any channel counts. Its segments
+    cut rows first, which the default plan of these layers does not; the plan cache tells the two apart."""
+
+    def plan():
+        return plan_canonical(128, (28, 28), channels, channels, filter_hw, pads, "bf16", "bf16",
+                              PlannerOptions(sm_count=132))  # fmt: skip
+
+    monkeypatch.delenv("WINRS_JAX_TRY", raising=False)
+    default = plan()
+    monkeypatch.setenv("WINRS_JAX_TRY", trial)
+    tried = plan()
+    assert [k.index for k in tried.kernels] == [0]
+    # Algorithm 2 gives these layers segments one column wide, two thirds halo for the tile.
+    assert default.segment_shape[1] == 1 and tried.segment_shape[1] > 1, (default, tried)
+    monkeypatch.setenv("WINRS_JAX_TRY", "tma")  # a kernel trial: the same plan as the default
+    assert plan().segment_shape == default.segment_shape
+
+
 @pytest.mark.parametrize("path", ["fp32", "tf32", "bf16"])
 def test_winograd_segments_keep_algorithm_2(path):
     """Only the filter-row tile cuts rows first: Omega_4(3, 2) with 64 segments asked for keeps Algorithm 2's

@@ -17,6 +17,7 @@
 #include "cpu/backward_filter.h"
 #include "cuda/omega.h"
 #include "winrs/numeric.h"
+#include "winrs/trial.h"
 #include "winrs/variants.h"
 
 namespace {
@@ -108,8 +109,8 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   const char* stage = "";
   // The filter-row tile, which the plan counts by channel counts alone, refuses a misaligned X
   // (launch_direct); every other kernel falls back to register staging and must compute dW.
-  const bool refused =
-      layer.misalign % 16 != 0 && v == 0 && winrs::direct_taps(0, path, filter_w, out_c, in_c);
+  const bool refused = layer.misalign % 16 != 0 && v == 0 &&
+                       winrs::direct_taps(0, path, filter_w, out_c, in_c, winrs::taps_rule());
   if (ok && refused) {
     const cudaError_t e = winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage);
     std::printf("%-6s direct %3d:%-3d X misaligned by %d bytes: %s (%s)\n", info.name, in_c, out_c,

@@ -7,9 +7,9 @@
 
 #include "cuda/device.cuh"
 #include "cuda/omega.h"
-#include "cuda/trial.h"
 #include "winrs/grouped.h"
 #include "winrs/reduction.h"
+#include "winrs/trial.h"
 
 namespace winrs::cuda {
 namespace {

@@ -33,10 +33,10 @@
 #include "cuda/omega.h"
 #include "cuda/staging.cuh"
 #include "cuda/tma.cuh"
-#include "cuda/trial.h"
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
+#include "winrs/trial.h"
 
 namespace winrs::cuda {
 
@@ -196,6 +196,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
     float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
 #pragma unroll
     for (int j = 0; j < C::n; ++j) {
+      if (work.f0 + j >= filter_w) break;  // a filter-row tile past the filter's last column (TapsRule)
       if constexpr (Vec == 4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         atomicAdd(reinterpret_cast<float4*>(dst + j * in_c), make_float4(y[0][j], y[1][j], y[2][j], y[3][j]));
@@ -371,7 +372,7 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
 template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
-  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c);
+  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c, taps_rule());
   if constexpr (path_info(P).tensor_cores) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;

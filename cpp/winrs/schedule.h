@@ -61,7 +61,7 @@ WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid
   return TileScheduler{grid,
                        kernel,
                        int(p.filter_h),
-                       int(p.filter_w / n),
+                       int((p.filter_w + n - 1) / n),  // a filter-row tile may pass the filter's last column
                        n,
                        block_oc,
                        block_ic,

@@ -343,7 +343,7 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
-            batch_groups=plan.batch_groups, method=plan.method,
+            batch_groups=plan.batch_groups, method=plan.method, trials=os.environ.get("WINRS_JAX_TRY", ""),
         ),
         sort_keys=True,
     )  # fmt: skip

@@ -811,10 +811,14 @@ def plan_canonical(
 ) -> Plan:
     """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
-    per shape, also when each shard plans its own part."""
+    per shape, also when each shard plans its own part (and per $WINRS_JAX_TRY, whose plan trials the C++
+    planner reads: cpp/winrs/trial.h)."""
     options = options or PlannerOptions()
     atomic = not deterministic_sum(options.deterministic)
-    return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
+    trials = os.environ.get("WINRS_JAX_TRY", "")
+    return _plan_canonical(
+        batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic, trials
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -829,7 +833,9 @@ def _plan_canonical(
     reference: str,
     options: PlannerOptions,
     atomic: bool,
+    trials: str,
 ) -> Plan:
+    del trials  # a cache key only: the C++ planner reads the environment itself
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()
