@@ -120,11 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     cases += [("shape", Shape.parse(s)) for s in args.shape]
     dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
-    print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}", flush=True)
+    trials = os.environ.get("WINRS_JAX_TRY", "")  # kernels not yet on by default (cpp/winrs/trial.h)
+    print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}"
+          + (f", trying {trials}" if trials else ""), flush=True)  # fmt: skip
     print(_HEAD + "\n" + "-" * len(_HEAD), flush=True)
     sink = args.json.open("w") if args.json else None
     if sink:
-        sink.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
+        sink.write(
+            json.dumps({"device": device.device_kind, "jax": jax.__version__, "trials": trials}) + "\n"
+        )
     results = []
     total = len(cases) * len(dtypes)
     for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
