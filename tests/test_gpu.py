@@ -214,7 +214,7 @@ def test_conv_gradients_match_xla_on_gpu(
     assert "winrs_backward_filter" in text
 
 
-# Layers that reach each kernel not yet on by default (cpp/cuda/trial.h) on the 16-bit paths: x shape, dY
+# Layers that reach each kernel not yet on by default (cpp/winrs/trial.h) on the 16-bit paths: x shape, dY
 # channels, filter. The filter-row tile needs a channel count of at most 64 and a width divisible by 3 (here
 # also partial channel blocks and several blocks; wider with the plan trials); TMA staging, batches of 64 (or
 # 8, 16, 32) and both channel counts above 64 (partial channel panels).
