@@ -155,7 +155,7 @@ def test_wide_layers_keep_the_one_tap_block(size, channels):
 
 @pytest.mark.parametrize(
     "trial, filter_hw, pads, channels",
-    [("taps-partial", (5, 5), (2, 2, 2, 2), 64), ("taps-partial", (7, 7), (3, 3, 3, 3), 64),
+    [("taps-partial", (5, 5), (2, 2, 2, 2), 64), ("tma,taps-partial,grouped-pipeline", (7, 7), (3, 3, 3, 3), 64),
      ("taps-any-channels", (3, 3), (1, 1, 1, 1), 128)],
 )  # fmt: skip
 def test_plan_trials_give_the_filter_row_tile_more_layers(trial, filter_hw, pads, channels, monkeypatch):
@@ -174,7 +174,7 @@ def test_plan_trials_give_the_filter_row_tile_more_layers(trial, filter_hw, pads
     assert [k.index for k in tried.kernels] == [0]
     # Algorithm 2 gives these layers segments one column wide, two thirds halo for the tile.
     assert default.segment_shape[1] == 1 and tried.segment_shape[1] > 1, (default, tried)
-    monkeypatch.setenv("WINRS_JAX_TRY", "tma")  # a kernel trial: the same plan as the default
+    monkeypatch.setenv("WINRS_JAX_TRY", "tma,taps-partialx,xtaps-any-channels")  # kernel trials, near misses
     assert plan().segment_shape == default.segment_shape
 
 
