@@ -89,10 +89,15 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
   }
 }
 
+// The shared-memory window address of a generic pointer into shared memory (PTX's shared state space).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 and later);
 // zeros where !valid (a source size of 0 reads nothing). Completion by cp_async_commit / cp_async_wait.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const uint32_t address = shared_address(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :
                : "r"(address), "l"(global), "r"(valid ? 16 : 0)
@@ -165,7 +170,7 @@ __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[W]) {
 // Four 8x8 tiles of 16-bit elements, each transposed on the way (ldmatrix .trans): lanes 8q..8q+7 give the
 // row addresses of tile q; register q receives this lane's fragment of tile q.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const uint32_t address = shared_address(smem);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)

@@ -220,8 +220,7 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
   extern __shared__ float4 smem4[];
   char* base = reinterpret_cast<char*>(smem4);
   if constexpr (C::smem_align > 16)  // room for this is in smem_bytes
-    base += (C::smem_align - static_cast<unsigned>(__cvta_generic_to_shared(base)) % C::smem_align) %
-            C::smem_align;
+    base += (C::smem_align - shared_address(base) % C::smem_align) % C::smem_align;
   Smem* smem = reinterpret_cast<Smem*>(base);
   const int tid = threadIdx.x;
 

@@ -13,10 +13,6 @@
 
 namespace winrs::cuda {
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // mbarrier (PTX ISA, "Parallel synchronization and communication instructions: mbarrier"): a phase completes
 // when `count` arrivals and the expected transaction bytes have arrived; waiters name the phase's parity.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {

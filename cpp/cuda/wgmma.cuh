@@ -92,7 +92,7 @@ enum class WgmmaSwizzle : uint64_t { k128 = 1, k64 = 2 };
 // base offset 0 (the swizzle follows the start's address bits; tools/wgmma_probe.cu).
 __device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes,
                                                      WgmmaSwizzle swizzle = WgmmaSwizzle::k128) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t address = shared_address(smem);
   return uint64_t((address & 0x3FFFF) >> 4) | uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16 |
          uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32 | uint64_t(swizzle) << 62;
 }
@@ -154,16 +154,39 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// The GEMM policy of WgmmaConfig: warpgroup g (warps 4g .. 4g + 3) accumulates output channels
-// 64 g .. 64 g + 63 by all 128 input channels; warp w of the block holds rows 16 w .. 16 w + 15 (wgmma's
-// accumulator fragments: rows lane / 4 and lane / 4 + 8, columns 8 j + 2 (lane % 4) and the next).
+// The output rounds' row mapping of the wgmma GEMM policies (as MmaGemm's): each warp owns the 16 rows of its
+// accumulator fragments, R rounds of rows_per_round each.
 template <class C>
-struct WgmmaGemm {
+struct WgmmaRows {
   static constexpr bool split = false;
-  static constexpr int owner_rows = 16;  // the output rounds' row mapping, as MmaGemm's
+  static constexpr int owner_rows = 16;
   static constexpr int rows_per_round = owner_rows / C::R;
   static_assert(rows_per_round * C::R == owner_rows && rows_per_round % 8 == 0);
+};
 
+// Round Round's rows of a warp's wgmma accumulator fragment, Groups column groups of 8 (rows lane / 4 and
+// lane / 4 + 8 of the warp's 16; columns 8 j + 2 (lane % 4) and the next), to the output rounds' slice at
+// `slice` (As[row][col]): the warp's rows at owner * RowsPerRound, its columns from col0.
+template <class C, int Round, int RowsPerRound, int Groups>
+__device__ __forceinline__ void stage_wgmma_fragment(float* slice, const float* acc, int owner, int col0,
+                                                     int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (h * 8 / RowsPerRound != Round) continue;
+    const int row = owner * RowsPerRound + h * 8 % RowsPerRound + g;
+#pragma unroll
+    for (int j = 0; j < Groups; ++j)
+      *reinterpret_cast<float2*>(slice + row * C::out_stride + col0 + 8 * j + 2 * t) =
+          make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+// The GEMM policy of WgmmaConfig: warpgroup g (warps 4g .. 4g + 3) accumulates output channels
+// 64 g .. 64 g + 63 by all 128 input channels; warp w of the block holds rows 16 w .. 16 w + 15.
+template <class C>
+struct WgmmaGemm : WgmmaRows<C> {
+  using WgmmaRows<C>::rows_per_round;
   using Smem = typename C::Smem;
   int warp, lane;
   float acc[64];
@@ -203,16 +226,7 @@ struct WgmmaGemm {
 
   template <int Round>
   __device__ void stage_round(float* out) const {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h * 8 / rows_per_round != Round) continue;
-      const int row = warp * rows_per_round + h * 8 % rows_per_round + g;
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        *reinterpret_cast<float2*>(out + row * C::out_stride + 8 * j + 2 * t) =
-            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-    }
+    stage_wgmma_fragment<C, Round, rows_per_round, 16>(out, acc, warp, 0, lane);
   }
 };
 

@@ -132,11 +132,8 @@ __device__ __forceinline__ void wgmma_register_a(float (&d)[N / 2], const uint32
 // input channels; its accumulators are wgmma's fragments of the taps' 32-column panels, tap after tap (the
 // same order in both forms: panel j of the wide MMA is columns 32 j ..).
 template <class C>
-struct WgmmaTapsGemm {
-  static constexpr bool split = false;
-  static constexpr int owner_rows = 16;  // the output rounds' row mapping, as MmaGemm's
-  static constexpr int rows_per_round = owner_rows / C::R;
-  static_assert(rows_per_round * C::R == owner_rows && rows_per_round % 8 == 0);
+struct WgmmaTapsGemm : WgmmaRows<C> {
+  using WgmmaRows<C>::rows_per_round;
   static constexpr int panel_acc = C::half_channels / 2;  // accumulators per tap and thread
   static constexpr int half_bytes = C::half_channels * int(sizeof(typename C::Smem));
 
@@ -194,18 +191,11 @@ struct WgmmaTapsGemm {
   // channels 32 ..); both warpgroups hold the same rows.
   template <int Round>
   __device__ void stage_round(float* out) const {
-    const int g = lane >> 2, t = lane & 3, col0 = warp / 4 * C::half_channels + 2 * t;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h * 8 / rows_per_round != Round) continue;
-      const int row = warp % 4 * rows_per_round + h * 8 % rows_per_round + g;
-#pragma unroll
-      for (int j = 0; j < C::taps; ++j)
-#pragma unroll
-        for (int q = 0; q < panel_acc / 4; ++q)
-          *reinterpret_cast<float2*>(out + (j * C::round_rows + row) * C::out_stride + col0 + 8 * q) =
-              make_float2(acc[j * panel_acc + 4 * q + 2 * h], acc[j * panel_acc + 4 * q + 2 * h + 1]);
-    }
+    for (int j = 0; j < C::taps; ++j)
+      stage_wgmma_fragment<C, Round, rows_per_round, panel_acc / 4>(out + j * C::round_rows * C::out_stride,
+                                                                    acc + j * panel_acc, warp % 4,
+                                                                    warp / 4 * C::half_channels, lane);
   }
 };
 
