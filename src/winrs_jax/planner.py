@@ -798,6 +798,11 @@ def deterministic_sum(deterministic: bool | None) -> bool:
     return xla_deterministic_ops() if deterministic is None else deterministic
 
 
+def trials() -> str:
+    """$WINRS_JAX_TRY: the kernels and plans not yet on by default that the C++ side runs (cpp/winrs/trial.h)."""
+    return os.environ.get("WINRS_JAX_TRY", "")
+
+
 def plan_canonical(
     batch: int,
     input_hw: tuple[int, int],
@@ -815,9 +820,8 @@ def plan_canonical(
     planner reads: cpp/winrs/trial.h)."""
     options = options or PlannerOptions()
     atomic = not deterministic_sum(options.deterministic)
-    trials = os.environ.get("WINRS_JAX_TRY", "")
     return _plan_canonical(
-        batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic, trials
+        batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic, trials()
     )
 
 
@@ -833,9 +837,9 @@ def _plan_canonical(
     reference: str,
     options: PlannerOptions,
     atomic: bool,
-    trials: str,
+    trial_list: str,
 ) -> Plan:
-    del trials  # a cache key only: the C++ planner reads the environment itself
+    del trial_list  # a cache key only: the C++ planner reads the environment itself
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()

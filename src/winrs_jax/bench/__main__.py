@@ -17,6 +17,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 
 from winrs_jax.bench.suite import DTYPES, SUITES, Result, Shape, measure  # noqa: E402
+from winrs_jax.planner import trials as planner_trials  # noqa: E402
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     cases += [("shape", Shape.parse(s)) for s in args.shape]
     dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
-    trials = os.environ.get("WINRS_JAX_TRY", "")  # kernels not yet on by default (cpp/winrs/trial.h)
+    trials = planner_trials()  # kernels not yet on by default (cpp/winrs/trial.h)
     print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}"
           + (f", trying {trials}" if trials else ""), flush=True)  # fmt: skip
     print(_HEAD + "\n" + "-" * len(_HEAD), flush=True)
