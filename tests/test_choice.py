@@ -316,15 +316,6 @@ def test_the_layout_is_part_of_the_choice(auto):
     assert len(auto) == 2  # each remembered under its own key
 
 
-def test_the_trials_are_part_of_the_choice(auto, monkeypatch):
-    """A decision measured with WINRS_JAX_TRY's kernels (cpp/winrs/trial.h) is not the default kernels' one."""
-    monkeypatch.delenv("WINRS_JAX_TRY", raising=False)
-    winrs_jax.plan(jnp.ones(LHS), jnp.ones(RHS), (1, 1), "SAME", dimension_numbers=NHWC)
-    monkeypatch.setenv("WINRS_JAX_TRY", "tma")
-    winrs_jax.plan(jnp.ones(LHS), jnp.ones(RHS), (1, 1), "SAME", dimension_numbers=NHWC)
-    assert len(auto) == 2
-
-
 def test_the_measurement_runs_the_callers_layout(monkeypatch):
     """Both timed filter gradients are the caller's: dW in the filter's layout (O x I x H x W here, where WinRS's
     kernels write O x H x W x I), equal to each other; WinRS's includes its transposes."""

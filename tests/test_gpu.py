@@ -214,44 +214,36 @@ def test_conv_gradients_match_xla_on_gpu(
     assert "winrs_backward_filter" in text
 
 
-# Layers that reach each kernel not yet on by default (cpp/winrs/trial.h) on the 16-bit paths: x shape, dY
-# channels, filter. The filter-row tile needs a channel count of at most 64 and a width divisible by 3 (here
-# also partial channel blocks and several blocks; wider with the plan trials); TMA staging, batches of 64 (or
-# 8, 16, 32) and both channel counts above 64 (partial channel panels).
-TAPS_LAYERS = [((4, 10, 22, 64), 40, (3, 3)), ((2, 9, 30, 24), 200, (3, 6))]
-WIDER_TAPS_LAYERS = [
+# Layers of the direct kernel's Hopper forms on the 16-bit paths: x shape, dY channels, filter. The filter-row
+# tile (by wgmma on sm_90a) needs a channel count of at most 64 and a width of at least 3 (here partial channel
+# blocks, several blocks and widths past a multiple of 3); TMA staging, batches of 32 or a multiple of 64 and
+# both channel counts above 64 (partial channel panels); batch 16 takes cp.async staging.
+HOPPER_LAYERS = [
+    ((4, 10, 22, 64), 40, (3, 3)),
+    ((2, 9, 30, 24), 200, (3, 6)),
     ((4, 10, 22, 64), 40, (5, 5)),
     ((2, 9, 30, 24), 72, (3, 7)),
-    ((3, 8, 12, 136), 72, (3, 3)),
+    ((64, 5, 9, 136), 72, (3, 3)),
+    ((64, 4, 7, 200), 136, (3, 5)),
+    ((32, 5, 8, 136), 72, (3, 3)),
+    ((16, 5, 8, 136), 72, (3, 3)),
 ]
-TRIAL_LAYERS = {
-    "taps-per-tap": TAPS_LAYERS,
-    "taps-wide": TAPS_LAYERS,
-    "tma": [((64, 5, 9, 136), 72, (3, 3)), ((64, 4, 7, 200), 136, (3, 5)), ((16, 5, 8, 136), 72, (3, 3))],
-    # The filter-row tile past the filter's last column (5 and 7 wide) and with both channel counts above 64.
-    "taps-partial,taps-any-channels": WIDER_TAPS_LAYERS,
-    "taps-partial,taps-any-channels,taps-wide": WIDER_TAPS_LAYERS,
-}
 
 
 @pytest.mark.parametrize("path", ["bf16", "fp16"])
-@pytest.mark.parametrize("trial", sorted(TRIAL_LAYERS))
-def test_trial_kernels_match_the_cpu(trial, path, rng, monkeypatch):
-    """A kernel written without a device, forced by WINRS_JAX_TRY, against the CPU handler's same plan (the
-    direct kernel; the float64 reference bounds both alike)."""
-    monkeypatch.setenv("WINRS_JAX_TRY", trial)
+@pytest.mark.parametrize("layer", range(len(HOPPER_LAYERS)))
+def test_direct_kernel_forms_match_the_cpu(layer, path, rng):
+    """The direct kernel against the CPU handler's same plan (the float64 reference bounds both alike)."""
     pads = (1, 1, 1, 1)
-    for x_shape, out_c, (fh, fw) in TRIAL_LAYERS[trial]:
-        n, h, w, _ = x_shape
-        x, dy = _inputs(rng, path, x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
-        ref = _reference(x, dy, (fh, fw), pads)
-        gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), segments=3, path=path)
-        cpu = _filter_grad(
-            x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), segments=3, path=path
-        )
-        assert np.isfinite(gpu).all()
-        assert mare(gpu, ref) <= 1.5 * mare(cpu, ref) + 1e-7
-        np.testing.assert_allclose(gpu, cpu, rtol=1e-2, atol=1e-3 * np.abs(cpu).max())
+    x_shape, out_c, (fh, fw) = HOPPER_LAYERS[layer]
+    n, h, w, _ = x_shape
+    x, dy = _inputs(rng, path, x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
+    ref = _reference(x, dy, (fh, fw), pads)
+    gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), segments=3, path=path)
+    cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), segments=3, path=path)
+    assert np.isfinite(gpu).all()
+    assert mare(gpu, ref) <= 1.5 * mare(cpu, ref) + 1e-7
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-2, atol=1e-3 * np.abs(cpu).max())
 
 
 def test_stacked_problems_beyond_one_launch(rng):
@@ -276,16 +268,11 @@ def test_handler_errors_on_gpu():
         np.asarray(_ffi.backward_filter_call(x, x, (), (4, 3, 3, 4), 0, attrs))
 
 
-@pytest.mark.parametrize(
-    "dtype, trial",
-    [(np.float32, ""), (jnp.bfloat16, ""), (np.float16, ""), (jnp.bfloat16, "grouped-pipeline"),
-     (np.float16, "grouped-pipeline")],
-)  # fmt: skip
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16])
 @pytest.mark.parametrize("case", range(len(GROUPED_CASES)))
-def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, trial, rng, monkeypatch):
-    """The CUDA kernel sums the same tasks, splits and warps in the same order as the CPU executor (also the
-    pipelined 16-bit kernel not yet on by default, forced by WINRS_JAX_TRY, where a depthwise case allows it)."""
-    monkeypatch.setenv("WINRS_JAX_TRY", trial)
+def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng):
+    """The CUDA kernel sums the same tasks, splits and warps in the same order as the CPU executor (the 16-bit
+    depthwise cases with 16-byte channel runs by the pipelined kernel)."""
     x_shape, filter_hw, multiplier, groups, strides, pads, dilation = GROUPED_CASES[case]
     w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
     scale = 1e-2 if dtype == np.float16 else 1.0

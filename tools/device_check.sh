@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|trials|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -28,15 +28,9 @@ for stage in "$@"; do
       # On Hopper the 16-bit direct kernel's 128 x 128 block runs by wgmma; the second run checks mma.sync's.
       "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30
       WINRS_JAX_WGMMA=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-mma.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30
-      # Kernels not yet on by default (cpp/winrs/trial.h), one at a time; a deadlock shows as the timeout's rc 124.
-      # (The grouped kernels' trial runs in the GPU tests: WINRS_JAX_TRY=grouped-pipeline TEST_K=grouped ... test.)
-      for trial in taps-per-tap taps-wide tma taps-partial taps-any-channels taps-partial,taps-any-channels,taps-wide; do
-        WINRS_JAX_TRY=$trial timeout 120 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-$trial.log" 2>&1
-        echo "$trial (rc $?): $(grep -E "FAILED|failures" "$OUT/kernel-check-$trial.log" | tail -8)"
-      done ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30 ;;
     probe)
-      # The wgmma descriptor properties that the filter-row tile's wgmma forms rely on (tools/wgmma_probe.cu).
+      # The wgmma descriptor properties that the filter-row tile's wgmma MMA relies on (tools/wgmma_probe.cu).
       nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \
         && /tmp/wgmma_probe | tee "$OUT/wgmma-probe.txt" ;;
     sanitize)
@@ -95,28 +89,6 @@ for stage in "$@"; do
         --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
         python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/mix.txt" 2>&1
       grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000 ;;
-    trials)
-      # Nsight Compute kernel durations of the kernels not yet on by default (cpp/winrs/trial.h) against the
-      # defaults, on the layers each targets, bf16 (TRIALS picks the trials, TRIAL_LAYERS overrides the layers).
-      duration() {  # LAYER KERNEL_REGEX WINRS_JAX_TRY
-        (cd /tmp && WINRS_JAX_TRY="$3" ncu --kernel-name "regex:$2" --launch-skip 2 --launch-count 1 \
-          --section SpeedOfLight python3 "$ROOT/tools/profile_layer.py" "$1" bf16 2>&1) \
-          | awk '/^ *Duration/ {print $(NF-1), $NF; exit}'
-      }
-      for trial in ${TRIALS:-taps-wide taps-per-tap tma grouped-pipeline taps-partial,taps-wide taps-any-channels,taps-wide}; do
-        case "$trial" in
-          taps-partial*) kernel=omega; layers="32:128:64:5 32:128:64:7 32:56:56:64:128:5:5" ;;
-          taps-any-channels*) kernel=omega; layers="128:28:128:3 128:14:256:3 16:64:128:3 32:56:256:3" ;;
-          taps-*) kernel=omega; layers="128:56:64:3 32:112:112:64:128:3:3 16:128:64:3 128:35:35:64:96:3:3" ;;
-          tma) kernel=omega; layers="128:28:128:3 128:14:256:3 128:7:512:3 32:56:256:3 64:14:14:256:256:7:7 16:64:128:3" ;;
-          grouped-pipeline) kernel=grouped_kernel; layers="64:56:128:3:g128 64:28:256:7:g256 128:14:672:5:g672" ;;
-          *) echo "unknown trial $trial"; continue ;;
-        esac
-        for layer in ${TRIAL_LAYERS:-$layers}; do
-          echo "$trial $layer default: $(duration "$layer" "$kernel" "") trial: $(duration "$layer" "$kernel" "$trial")" \
-            | tee -a "$OUT/trials.txt"
-        done
-      done ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do  # Shape.parse's forms, e.g. 64:56:128:3:g128
         (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 \

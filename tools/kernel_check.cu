@@ -17,7 +17,6 @@
 #include "cpu/backward_filter.h"
 #include "cuda/omega.h"
 #include "winrs/numeric.h"
-#include "winrs/trial.h"
 #include "winrs/variants.h"
 
 namespace {
@@ -109,8 +108,8 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   const char* stage = "";
   // The filter-row tile, which the plan counts by channel counts alone, refuses a misaligned X
   // (launch_direct); every other kernel falls back to register staging and must compute dW.
-  const bool refused = layer.misalign % 16 != 0 && v == 0 &&
-                       winrs::direct_taps(0, path, filter_w, out_c, in_c, winrs::taps_rule());
+  const bool refused =
+      layer.misalign % 16 != 0 && v == 0 && winrs::direct_taps(0, path, filter_w, out_c, in_c);
   if (ok && refused) {
     const cudaError_t e = winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage);
     std::printf("%-6s direct %3d:%-3d X misaligned by %d bytes: %s (%s)\n", info.name, in_c, out_c,
@@ -187,8 +186,8 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{3, 20, out_w, 2, filter_w});
     }
-    // Batches of 64, 32 and 16 images (the 128 x 128 wgmma block's TMA staging, WINRS_JAX_TRY=tma, copies a
-    // pixel of 64 images per step, or 64 / batch pixels, the last step of a segment partly past its end):
+    // Batches of 64 and 32 images (the 128 x 128 wgmma block's TMA staging copies a pixel of 64 images per
+    // step, or 64 / batch pixels, the last step of a segment partly past its end) and 16 (cp.async staging):
     // partial channel panels (72, 136), padding on both sides, chained and atomic.
     for (const auto& [batch, in_c, out_c, buckets, atomic, filter_w] :
          {std::tuple{64, 136, 72, 0, true, 3}, std::tuple{64, 200, 136, 1, false, 5},

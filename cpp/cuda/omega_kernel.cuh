@@ -13,7 +13,7 @@
 // (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), or WgmmaTapsConfig, the
 // filter-row tile on Hopper (wgmma_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
 // (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
-// (tma_main_loop, opt-in until run on a device).
+// (tma_main_loop) at batches of 32 or a multiple of 64.
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -36,7 +36,6 @@
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
-#include "winrs/trial.h"
 
 namespace winrs::cuda {
 
@@ -107,7 +106,7 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
 }
 
 // Main loop of TMA staging (WgmmaConfig with Tma): a step is 64 images of one pixel (batches that are
-// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 8, 16 or 32;
+// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32, 16 or 8;
 // past the walk's end, boxes outside the tensor that read as zeros). Thread 0 copies each step's boxes (dY
 // and X, two 64-channel panels each) into a free buffer, and the warps wait for them on the buffer's `full`
 // barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited for, one step
@@ -196,7 +195,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
     float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
 #pragma unroll
     for (int j = 0; j < C::n; ++j) {
-      if (work.f0 + j >= filter_w) break;  // a filter-row tile past the filter's last column (TapsRule)
+      if (work.f0 + j >= filter_w) break;  // a tile past the filter's last column (variants.h, direct_taps)
       if constexpr (Vec == 4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         atomicAdd(reinterpret_cast<float4*>(dst + j * in_c), make_float4(y[0][j], y[1][j], y[2][j], y[3][j]));
@@ -356,10 +355,8 @@ bool runs_wgmma() {
 template <Path P>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
-    using PerTap = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kPerTap>;
-    using Wide = WgmmaTapsConfig<P, kDirectTaps, TapMmas::kWide>;
-    if (trying("taps-wide") && runs_wgmma<Wide>()) return launch_config<Wide>(args, stream);
-    if (trying("taps-per-tap") && runs_wgmma<PerTap>()) return launch_config<PerTap>(args, stream);
+    using Wgmma = WgmmaTapsConfig<P, kDirectTaps>;
+    if (runs_wgmma<Wgmma>()) return launch_config<Wgmma>(args, stream);
   }
   return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
 }
@@ -371,7 +368,7 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
 template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
-  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c, taps_rule());
+  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c);
   if constexpr (path_info(P).tensor_cores) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
@@ -387,11 +384,12 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
       if (copies && runs_wgmma<WgmmaConfig<P>>()) {
         using Tma = WgmmaConfig<P, true>;
         // Boxes of 64 images, or of the whole batch where it divides 64 in rows of whole 8-row swizzle
-        // periods.
+        // periods. TMA staging ran 1.08-1.42x faster than cp.async's at batches 64 and 32, 0.93x at 16
+        // (bf16, H100, 2026-11-23; docs/benchmarks.md): smaller batches keep cp.async.
         const long long images = p.batch < Tma::copy_units ? p.batch : Tma::copy_units;
         const bool boxes =
-            p.batch % Tma::copy_units == 0 || (Tma::copy_units % p.batch == 0 && p.batch % 8 == 0);
-        if (trying("tma") && boxes && args.groups == 1 && runs_wgmma<Tma>()) {
+            p.batch % Tma::copy_units == 0 || (Tma::copy_units % p.batch == 0 && p.batch >= 32);
+        if (boxes && args.groups == 1 && runs_wgmma<Tma>()) {
           OmegaArgs mapped = args;
           if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
                                  int(images)) &&

@@ -6,11 +6,11 @@
 // reads X (B) from shared memory: tap j's operand is the step's X rows shifted by j rows, so each tap is the
 // same descriptor with its start j rows further. X is stored as two 32-channel halves, each row 64 bytes in
 // wgmma's 64-byte-swizzled MN-major layout; the swizzle is read from the address bits, so a start shifted
-// by whole rows reads the rows as they were written. Two forms of the taps' MMAs (TapMmas):
-//   kPerTap: one m64n32k16 per tap (needs only the row shift above);
-//   kWide:   one m64n96k16 whose three 32-channel N panels are the three taps, LBO = one row (the panels
-//            overlap in memory), one instruction instead of three.
-// tools/wgmma_probe.cu checks both properties of the descriptors on the device.
+// by whole rows reads the rows as they were written. The taps are one m64n96k16 whose three 32-channel N
+// panels are the three taps, LBO = one row (the panels overlap in memory): one instruction instead of one
+// m64n32k16 per tap, 1.14-1.27x faster than the filter-row tile on mma.sync where one per tap ran 1.01-1.06x
+// (bf16, 64-channel layers, H100, 2026-11-23; docs/benchmarks.md). tools/wgmma_probe.cu checks both
+// descriptor properties on the device.
 //
 // Shared-memory traffic per K-block: the dY fragments (2 KB per warpgroup) and each tap's X (1 KB per
 // warpgroup and tap), where both-operand descriptors would read dY again for every tap: the earlier wgmma
@@ -25,9 +25,7 @@
 
 namespace winrs::cuda {
 
-enum class TapMmas { kPerTap, kWide };
-
-template <Path P, int Taps, TapMmas Form>
+template <Path P, int Taps>
 struct WgmmaTapsConfig {
   using Tile = typename TapsConfig<P, Taps>::Tile;
   static constexpr int variant = 0;
@@ -35,7 +33,6 @@ struct WgmmaTapsConfig {
   static constexpr Operand operand = path_info(P).operand;
   static_assert(kSixteenBit<operand>, "TF32 wgmma needs K-major operands; X and dY are channel-major");
   static constexpr bool tensor_cores = true, wgmma = true;
-  static constexpr TapMmas form = Form;
   using Storage = typename StorageType<path_info(P).storage>::T;
   using Smem = typename SmemType<operand>::T;
 
@@ -63,7 +60,7 @@ struct WgmmaTapsConfig {
   // compute-sanitizer's memcheck takes the wide MMA's B operand for 96 x 16 contiguous elements from its
   // start (3 KB) where the overlapping panels read 18 rows (1152 bytes): slack past the last buffer keeps it
   // quiet (found by compute-sanitizer on an H100, 2026-11-23).
-  static constexpr size_t sanitizer_slack = Form == TapMmas::kWide ? 2048 : 0;
+  static constexpr size_t sanitizer_slack = 2048;
   static constexpr size_t smem_bytes = copy_bytes + smem_align + sanitizer_slack;
 
   // Output rounds through the same memory, as TapsConfig's.
@@ -80,7 +77,7 @@ struct WgmmaTapsConfig {
   }
 };
 
-// D (64 x N, FP32) += A (64 x 16, registers: each warp its 16 rows as mma.sync's A fragment) B (16 x N,
+// D (64 x 96, FP32) += A (64 x 16, registers: each warp its 16 rows as mma.sync's A fragment) B (16 x 96,
 // shared memory, MN-major).
 #define WINRS_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define WINRS_A4 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
@@ -91,36 +88,21 @@ struct WgmmaTapsConfig {
       ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
       "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 // clang-format on
-template <Operand O, int N>
-__device__ __forceinline__ void wgmma_register_a(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+template <Operand O>
+__device__ __forceinline__ void wgmma_register_a(float (&d)[48], const uint32_t (&a)[4], uint64_t b) {
 #if WINRS_WGMMA_CODE
-  static_assert(N == 32 || N == 96);
-  if constexpr (N == 32) {
-#define WINRS_WGMMA_N32(TYPES)                                                     \
-  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " " WINRS_OPS16 \
-               "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 1;\n"                       \
-               : WINRS_D4(0), WINRS_D4(4), WINRS_D4(8), WINRS_D4(12)               \
-               : WINRS_A4)
-    if constexpr (O == Operand::kBF16) {
-      WINRS_WGMMA_N32("bf16.bf16");
-    } else {
-      WINRS_WGMMA_N32("f16.f16");
-    }
-#undef WINRS_WGMMA_N32
-  } else {
 #define WINRS_WGMMA_N96(TYPES)                                                                      \
   asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32." TYPES " " WINRS_OPS48                  \
                "}, {%48, %49, %50, %51}, %52, 1, 1, 1, 1;\n"                                        \
                : WINRS_D4(0), WINRS_D4(4), WINRS_D4(8), WINRS_D4(12), WINRS_D4(16), WINRS_D4(20),   \
                  WINRS_D4(24), WINRS_D4(28), WINRS_D4(32), WINRS_D4(36), WINRS_D4(40), WINRS_D4(44) \
                : WINRS_A4)
-    if constexpr (O == Operand::kBF16) {
-      WINRS_WGMMA_N96("bf16.bf16");
-    } else {
-      WINRS_WGMMA_N96("f16.f16");
-    }
-#undef WINRS_WGMMA_N96
+  if constexpr (O == Operand::kBF16) {
+    WINRS_WGMMA_N96("bf16.bf16");
+  } else {
+    WINRS_WGMMA_N96("f16.f16");
   }
+#undef WINRS_WGMMA_N96
 #endif
 }
 #undef WINRS_OPS48
@@ -129,8 +111,7 @@ __device__ __forceinline__ void wgmma_register_a(float (&d)[N / 2], const uint32
 #undef WINRS_D4
 
 // The GEMM policy of WgmmaTapsConfig: warp w holds output channels 16 (w % 4) .. + 15 of its warpgroup's
-// input channels; its accumulators are wgmma's fragments of the taps' 32-column panels, tap after tap (the
-// same order in both forms: panel j of the wide MMA is columns 32 j ..).
+// input channels; its accumulators are the wide MMA's fragment, whose panel j (columns 32 j ..) is tap j.
 template <class C>
 struct WgmmaTapsGemm : WgmmaRows<C> {
   using WgmmaRows<C>::rows_per_round;
@@ -164,17 +145,8 @@ struct WgmmaTapsGemm : WgmmaRows<C> {
     }
     const Smem* x = step + C::grad_elems + group * C::half_elems + sub * C::K * C::half_channels;
     constexpr uint32_t sbo = 8 * half_bytes;  // 8 rows of 64 bytes
-    if constexpr (C::form == TapMmas::kWide) {
-      static_assert(C::taps == 3);
-      wgmma_register_a<C::operand, 3 * 32>(acc, a[sub],
-                                           wgmma_descriptor(x, half_bytes, sbo, WgmmaSwizzle::k64));
-    } else {
-#pragma unroll
-      for (int j = 0; j < C::taps; ++j)
-        wgmma_register_a<C::operand, 32>(
-            *reinterpret_cast<float (*)[panel_acc]>(acc + j * panel_acc), a[sub],
-            wgmma_descriptor(x + j * C::half_channels, half_bytes, sbo, WgmmaSwizzle::k64));
-    }
+    static_assert(C::taps == 3, "one m64n96k16: three 32-channel taps");
+    wgmma_register_a<C::operand>(acc, a[sub], wgmma_descriptor(x, half_bytes, sbo, WgmmaSwizzle::k64));
     if (sub == C::copy_substeps - 1) {
       wgmma_commit();
       wgmma_wait<0>();

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "trial.h"
 #include "variants.h"
 
 namespace winrs {
@@ -58,7 +57,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
   const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
   const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
   z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
-  const bool rows_first = direct_taps(pair.variant0, path, p.filter_w, p.out_c, p.in_c, taps_rule());
+  const bool rows_first = direct_taps(pair.variant0, path, p.filter_w, p.out_c, p.in_c);
 
   int64_t seg_h = p.out_h, seg_w = pair.width0;
   if (z_hat == 1) {
@@ -100,7 +99,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
 
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
 int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
-  const TileShape t = tile_shape(variant, path, p.filter_w, p.out_c, p.in_c, taps_rule());
+  const TileShape t = tile_shape(variant, path, p.filter_w, p.out_c, p.in_c);
   return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * p.filter_h *
          ceil_div(p.filter_w, t.columns);
 }

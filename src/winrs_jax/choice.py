@@ -44,7 +44,7 @@ import numpy as np
 from jax import lax
 
 from winrs_jax.geometry import ConvSpec
-from winrs_jax.planner import Plan, PlannerOptions, deterministic_sum, path_alternatives, trials, with_path
+from winrs_jax.planner import Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
 
 MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
@@ -343,7 +343,7 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             kernels=plan.forced_kernels, depth=plan.depth,
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
-            batch_groups=plan.batch_groups, method=plan.method, trials=trials(),
+            batch_groups=plan.batch_groups, method=plan.method,
         ),
         sort_keys=True,
     )  # fmt: skip

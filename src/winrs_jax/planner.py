@@ -798,11 +798,6 @@ def deterministic_sum(deterministic: bool | None) -> bool:
     return xla_deterministic_ops() if deterministic is None else deterministic
 
 
-def trials() -> str:
-    """$WINRS_JAX_TRY: the kernels and plans not yet on by default that the C++ side runs (cpp/winrs/trial.h)."""
-    return os.environ.get("WINRS_JAX_TRY", "")
-
-
 def plan_canonical(
     batch: int,
     input_hw: tuple[int, int],
@@ -816,13 +811,10 @@ def plan_canonical(
 ) -> Plan:
     """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
-    per shape, also when each shard plans its own part (and per $WINRS_JAX_TRY, whose plan trials the C++
-    planner reads: cpp/winrs/trial.h)."""
+    per shape, also when each shard plans its own part."""
     options = options or PlannerOptions()
     atomic = not deterministic_sum(options.deterministic)
-    return _plan_canonical(
-        batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic, trials()
-    )
+    return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -837,9 +829,7 @@ def _plan_canonical(
     reference: str,
     options: PlannerOptions,
     atomic: bool,
-    trial_list: str,
 ) -> Plan:
-    del trial_list  # a cache key only: the C++ planner reads the environment itself
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
     sm_count = options.sm_count or default_sm_count()

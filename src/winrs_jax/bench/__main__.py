@@ -17,7 +17,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 
 from winrs_jax.bench.suite import DTYPES, SUITES, Result, Shape, measure  # noqa: E402
-from winrs_jax.planner import trials as planner_trials  # noqa: E402
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -121,15 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     cases += [("shape", Shape.parse(s)) for s in args.shape]
     dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
-    trials = planner_trials()  # kernels not yet on by default (cpp/winrs/trial.h)
-    print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}"
-          + (f", trying {trials}" if trials else ""), flush=True)  # fmt: skip
+    print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}", flush=True)
     print(_HEAD + "\n" + "-" * len(_HEAD), flush=True)
     sink = args.json.open("w") if args.json else None
     if sink:
-        sink.write(
-            json.dumps({"device": device.device_kind, "jax": jax.__version__, "trials": trials}) + "\n"
-        )
+        sink.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
     results = []
     total = len(cases) * len(dtypes)
     for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
