@@ -184,13 +184,30 @@ DECISIONS = DecisionCache()
 WINRS_MARGIN = 0.95
 
 
-def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
-    """Median time of fn (already compiled) within about budget_s. Each sample runs enough calls back to back to
-    cover about 2 ms, so that the host's dispatch and wait do not blur short kernels."""
+# Each sample runs its calls back to back for about SAMPLE_S. One synchronised call on an H100's host carried
+# 0.2-0.4 ms of dispatch and wait beside 0.08-0.1 ms kernels (2026-11-23): calls counted from it (2-6 per 2 ms)
+# left that overhead in every sample, pulled XLA's and WinRS's times together (a 0.65x WinRS measured 0.95x and
+# was chosen) and sometimes sampled a single call.
+SAMPLE_S = 10e-3
+MAX_CALLS = 200
+
+
+def _per_call(fn: Callable[[], jax.Array]) -> tuple[float, int]:
+    """Seconds per call of fn (warm) and the calls a sample takes. One synchronised call's time overstates a short
+    kernel's by the host's dispatch and wait: where it is under SAMPLE_S a burst of calls back to back, as many as
+    would fill SAMPLE_S at that time, gives the estimate."""
     start = time.perf_counter()
     fn().block_until_ready()
-    first = time.perf_counter() - start
-    calls = max(1, min(50, int(2e-3 / max(first, 1e-6))))
+    per_call = max(time.perf_counter() - start, 1e-6)
+    burst = min(MAX_CALLS, int(SAMPLE_S / per_call))
+    if burst > 1:
+        per_call = max(sample_ms(fn, burst) / 1e3, 1e-6)
+    return per_call, max(1, min(MAX_CALLS, int(SAMPLE_S / per_call)))
+
+
+def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
+    """Median time of fn (already compiled) within about budget_s, SAMPLE_S of calls per sample."""
+    _, calls = _per_call(fn)
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
@@ -201,19 +218,17 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list[float]:
     """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
     turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
-    WinRS that ran at 0.62x). A WinRS warm call over three times XLA's is its answer: more samples of a clear loser
-    only delay the trace."""
-    firsts: list[float] = []
+    WinRS that ran at 0.62x). A WinRS warm call (_per_call's estimate) over three times XLA's is its answer: more
+    samples of a clear loser only delay the trace."""
+    estimates: list[tuple[float, int]] = []
     for fn in fns:
         fn().block_until_ready()  # the first call may load the module
-        start = time.perf_counter()
-        fn().block_until_ready()
-        firsts.append(max(time.perf_counter() - start, 1e-6))
-    result = [first * 1e3 for first in firsts]
-    sampled = [i for i, first in enumerate(firsts) if i == 0 or first <= 3 * firsts[0]]
+        estimates.append(_per_call(fn))
+    result = [per_call * 1e3 for per_call, _ in estimates]
+    sampled = [i for i, (per_call, _) in enumerate(estimates) if i == 0 or per_call <= 3 * estimates[0][0]]
     if len(sampled) == 1:
         return result
-    calls = {i: max(1, min(50, int(2e-3 / firsts[i]))) for i in sampled}
+    calls = {i: estimates[i][1] for i in sampled}
     samples: dict[int, list[float]] = {i: [] for i in sampled}
     start = time.perf_counter()
     deadline = start + budget_s
