@@ -192,7 +192,7 @@ SAMPLE_S = 10e-3
 MAX_CALLS = 200
 
 
-def _per_call(fn: Callable[[], jax.Array]) -> tuple[float, int]:
+def per_call_estimate(fn: Callable[[], jax.Array]) -> tuple[float, int]:
     """Seconds per call of fn (warm) and the calls a sample takes. One synchronised call's time overstates a short
     kernel's by the host's dispatch and wait: where it is under SAMPLE_S a burst of calls back to back, as many as
     would fill SAMPLE_S at that time, gives the estimate."""
@@ -207,7 +207,7 @@ def _per_call(fn: Callable[[], jax.Array]) -> tuple[float, int]:
 
 def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
     """Median time of fn (already compiled) within about budget_s, SAMPLE_S of calls per sample."""
-    _, calls = _per_call(fn)
+    _, calls = per_call_estimate(fn)
     samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < 15 and time.perf_counter() < deadline):
@@ -218,12 +218,12 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list[float]:
     """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
     turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
-    WinRS that ran at 0.62x). A WinRS warm call (_per_call's estimate) over three times XLA's is its answer: more
+    WinRS that ran at 0.62x). A WinRS warm call (per_call_estimate) over three times XLA's is its answer: more
     samples of a clear loser only delay the trace."""
     estimates: list[tuple[float, int]] = []
     for fn in fns:
         fn().block_until_ready()  # the first call may load the module
-        estimates.append(_per_call(fn))
+        estimates.append(per_call_estimate(fn))
     result = [per_call * 1e3 for per_call, _ in estimates]
     sampled = [i for i, (per_call, _) in enumerate(estimates) if i == 0 or per_call <= 3 * estimates[0][0]]
     if len(sampled) == 1:

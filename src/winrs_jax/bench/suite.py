@@ -319,9 +319,16 @@ class Result:
         )  # fmt: skip
 
 
+def _calls(fn: Callable[[], jax.Array], calls: int) -> int:
+    """`calls`, or where it is 0 as many as run about 10 ms (auto mode's samples: choice.per_call_estimate)."""
+    return calls if calls > 0 else choice.per_call_estimate(fn)[1]
+
+
 def time_ms(fn: Callable[[], jax.Array], repeats: int, calls: int) -> float:
-    """Median over `repeats` of (calls back-to-back, then block_until_ready) / calls, after one warm-up."""
+    """Median over `repeats` of (calls back-to-back, then block_until_ready) / calls, after one warm-up (calls 0:
+    about 10 ms of them, so that the host's synchronisation, 0.2-0.4 ms on an H100's host, weighs little)."""
     fn().block_until_ready()
+    calls = _calls(fn, calls)
     return statistics.median(choice.sample_ms(fn, calls) for _ in range(repeats))
 
 
@@ -477,7 +484,7 @@ def _filter_grads(
 
 
 def measure(
-    shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 10, deterministic: bool | None = None
+    shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 0, deterministic: bool | None = None
 ) -> Result:
     """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs (uniform
     [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs.
@@ -490,7 +497,8 @@ def measure(
     torch_ms = winrs_mare = xla_mare = winrs_signed = xla_signed = None
     if _torch() is not None:
         x64, dy64 = np.asarray(x.astype(jnp.float32)), np.asarray(dy.astype(jnp.float32))
-        torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, calls)
+        torch_calls = _calls(lambda: compiled["xla"](x, dy), calls)  # XLA's count: PyTorch's times are alike
+        torch_ms, reference = _torch_case(shape, dtype_name, x64, dy64, repeats, torch_calls)
         reference = np.moveaxis(reference, 0, -1)  # O x spatial x I -> spatial x I x O
         winrs_mare, xla_mare = _mare(actual, reference), _mare(expected, reference)
         winrs_signed, xla_signed = _signed_errors(shape, dtype_name, compiled)
