@@ -251,11 +251,20 @@ def test_a_clear_loser_is_timed_once():
     assert len(calls) >= 2 + 3  # without a clear loser: two warm calls, then at least three samples
 
 
-def test_a_settled_choice_stops_sampling():
+def test_a_settled_choice_stops_sampling(monkeypatch):
     """Medians 1.25x apart after 0.1 s of sampling settle the choice: the first trace of a slow layer (a 3D layer
     at 10 ms per call) must not spend its whole budget sampling both. A fast layer is not settled sooner: its first
     samples run while the GPU's clock ramps up."""
     calls = {"xla": 0, "winrs": 0}
+    samples = {"xla": 0, "winrs": 0}  # sample_ms calls: the estimate's burst (at most one), then the samples
+    names = {}
+    real_sample_ms = choice.sample_ms
+
+    def counted(fn, n):
+        samples[names[fn]] += 1
+        return real_sample_ms(fn, n)
+
+    monkeypatch.setattr(choice, "sample_ms", counted)
 
     def timed(name: str, seconds: float):
         def fn():
@@ -263,17 +272,24 @@ def test_a_settled_choice_stops_sampling():
             time.sleep(seconds)
             return jnp.zeros(())
 
+        names[fn] = name
         return fn
+
+    def reset():
+        calls.update(xla=0, winrs=0)
+        samples.update(xla=0, winrs=0)
 
     xla_ms, winrs_ms = choice._time_all([timed("xla", 0.02), timed("winrs", 0.04)], budget_s=10.0)
     assert winrs_ms > 1.25 * xla_ms
     assert calls == {"xla": 2 + 3, "winrs": 2 + 3}  # two warm calls, then three samples (one call each)
-    calls.update(xla=0, winrs=0)
+    reset()
     choice._time_all([timed("xla", 0.004), timed("winrs", 0.0042)], budget_s=0.2)
-    assert calls["winrs"] > 2 + 3  # close timings: sampled until the budget
-    calls.update(xla=0, winrs=0)
+    assert samples["winrs"] > 1 + 3  # close timings: sampled until the budget
+    reset()
     choice._time_all([timed("xla", 0.002), timed("winrs", 0.004)], budget_s=10.0)
-    assert calls["winrs"] >= 2 + 5  # clear but fast: sampled for 0.1 s first, not settled after three rounds
+    assert (
+        samples["winrs"] >= 1 + 5
+    )  # clear but fast: sampled for 0.1 s first, not settled after three rounds
 
 
 class VirtualGpu:

@@ -154,19 +154,20 @@ def test_wide_layers_keep_the_one_tap_block(size, channels):
 
 
 @pytest.mark.parametrize(
-    "filter_hw, pads", [((5, 5), (2, 2, 2, 2)), ((7, 7), (3, 3, 3, 3)), ((1, 4), (0, 0, 1, 2))]
-)
-def test_filter_row_tiles_take_any_width_from_three(filter_hw, pads):
-    """Filter widths that are not multiples of the filter-row tile's 3 columns run it too, the last tile's
-    columns past the filter computed and dropped (1.10-1.64x faster than one column per block on an H100):
-    segments cut rows first, where the one-column block keeps Algorithm 2's one-column segments."""
-    tiled = plan_canonical(
-        128, (28, 28), 64, 64, filter_hw, pads, "bf16", "bf16", PlannerOptions(sm_count=132)
-    )
-    one_tap = plan_canonical(128, (28, 28), 64, 64, (2, 2), (1, 0, 1, 0), "bf16", "bf16",
-                             PlannerOptions(sm_count=132))  # fmt: skip
-    assert [k.index for k in tiled.kernels] == [0] and [k.index for k in one_tap.kernels] == [0]
-    assert one_tap.segment_shape[1] == 1 and tiled.segment_shape[1] > 1, (one_tap, tiled)
+    "filter_hw, pads, path, tiled",
+    [((5, 5), (2, 2, 2, 2), "bf16", True), ((7, 7), (3, 3, 3, 3), "bf16", True), ((3, 5), (1, 1, 2, 2), "fp16", True),
+     ((1, 4), (0, 0, 1, 2), "bf16", False), ((5, 5), (2, 2, 2, 2), "tf32", False)],
+)  # fmt: skip
+def test_filter_row_tiles_take_16_bit_widths_from_five(filter_hw, pads, path, tiled):
+    """In 16 bits, filter widths from 5 that are not multiples of the filter-row tile's 3 columns run it too, the
+    last tile's columns past the filter computed and dropped (1.10-1.64x faster than one column per block on an
+    H100): segments cut rows first, where the one-column block keeps Algorithm 2's one-column segments. Width 4
+    and TF32, not measured, keep the one-column block."""
+    options = PlannerOptions(sm_count=132, kernels=(0, 0))  # the direct kernel (TF32 plans Winograd here)
+    plan = plan_canonical(128, (28, 28), 64, 64, filter_hw, pads, path, path, options)
+    one_tap = plan_canonical(128, (28, 28), 64, 64, (2, 2), (1, 0, 1, 0), path, path, options)
+    assert one_tap.segment_shape[1] == 1
+    assert (plan.segment_shape[1] > 1) == tiled, (one_tap, plan)
 
 
 @pytest.mark.parametrize("path", ["fp32", "tf32", "bf16"])

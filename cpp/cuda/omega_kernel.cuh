@@ -106,12 +106,12 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
 }
 
 // Main loop of TMA staging (WgmmaConfig with Tma): a step is 64 images of one pixel (batches that are
-// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32, 16 or 8;
-// past the walk's end, boxes outside the tensor that read as zeros). Thread 0 copies each step's boxes (dY
-// and X, two 64-channel panels each) into a free buffer, and the warps wait for them on the buffer's `full`
-// barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited for, one step
-// later, so that a step's MMAs run while the next is issued; thread 0 refills it once all warps have. No
-// block-wide barrier in the loop.
+// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32; the loop
+// also takes 16 and 8, which the launch leaves to cp.async; past the walk's end, boxes outside the tensor
+// that read as zeros). Thread 0 copies each step's boxes (dY and X, two 64-channel panels each) into a free
+// buffer, and the warps wait for them on the buffer's `full` barrier. A warp releases a buffer on its `empty`
+// barrier when the step's MMAs are waited for, one step later, so that a step's MMAs run while the next is
+// issued; thread 0 refills it once all warps have. No block-wide barrier in the loop.
 template <class C, class Gemm>
 __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkTile& work,
                                               const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
@@ -384,7 +384,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
       if (copies && runs_wgmma<WgmmaConfig<P>>()) {
         using Tma = WgmmaConfig<P, true>;
         // Boxes of 64 images, or of the whole batch where it divides 64 in rows of whole 8-row swizzle
-        // periods. TMA staging ran 1.08-1.42x faster than cp.async's at batches 64 and 32, 0.93x at 16
+        // periods. TMA staging ran 1.01-1.42x faster than cp.async's at batches 64 and 32, 0.93x at 16
         // (bf16, H100, 2026-11-23; docs/benchmarks.md): smaller batches keep cp.async.
         const long long images = p.batch < Tma::copy_units ? p.batch : Tma::copy_units;
         const bool boxes =

@@ -8,9 +8,9 @@
 // wgmma's 64-byte-swizzled MN-major layout; the swizzle is read from the address bits, so a start shifted
 // by whole rows reads the rows as they were written. The taps are one m64n96k16 whose three 32-channel N
 // panels are the three taps, LBO = one row (the panels overlap in memory): one instruction instead of one
-// m64n32k16 per tap, 1.14-1.27x faster than the filter-row tile on mma.sync where one per tap ran 1.01-1.06x
-// (bf16, 64-channel layers, H100, 2026-11-23; docs/benchmarks.md). tools/wgmma_probe.cu checks both
-// descriptor properties on the device.
+// m64n32k16 per tap, 1.14-1.27x faster than the filter-row tile on mma.sync where one per tap ran 1.02-1.06x
+// (1.33x on 3x3 16:128:64; bf16, 64-channel layers, H100, 2026-11-23; docs/benchmarks.md).
+// tools/wgmma_probe.cu checks both descriptor properties on the device.
 //
 // Shared-memory traffic per K-block: the dY fragments (2 KB per warpgroup) and each tap's X (1 KB per
 // warpgroup and tap), where both-operand descriptors would read dY again for every tap: the earlier wgmma

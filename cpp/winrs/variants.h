@@ -123,19 +123,20 @@ constexpr bool narrow_block(int variant, Path path, long long out_c, long long i
 }
 // The direct kernel's filter-row tile on the tensor-core paths (cuda/direct_taps.cuh): kDirectTaps filter
 // columns of a 64 x 64 channel block per thread block, dY staged once for all of them and X once with a halo
-// of kDirectTaps - 1 columns, where the channel counts come in 16-byte pieces (its copy staging). Filter
-// widths that are not multiples of kDirectTaps compute the last tile's columns past the filter and drop them
-// (5 -> 6, 7 -> 9): 1.64x faster than one column per block on 1D 5- and 7-wide bf16 layers, 1.10x on a 5x5
-// one (H100, 2026-11-23). A tile of one tap reads X and dY once per tap: nine times for a 3x3 layer, which
-// bound the 64-channel layers by L2 bandwidth (docs/benchmarks.md, 2026-11-23). Where both channel counts
-// pass 64 the 128 x 128 block of one tap fills its tile and ran faster (bf16 3x3 128:28:128 0.137 against
-// 0.209 ms, 128:14:256 0.141 against 0.192; H100, 2026-11-23; on wgmma, 0.090 against 0.134 and 0.119
-// against 0.149).
+// of kDirectTaps - 1 columns, where the filter width is a multiple of kDirectTaps and the channel counts come
+// in 16-byte pieces (its copy staging). In 16 bits also widths from 5 that are not: the last tile computes
+// its columns past the filter and drops them (5 -> 6, 7 -> 9), 1.64x faster than one column per block on 1D
+// 5- and 7-wide bf16 layers, 1.10x on a 5x5 one (H100, 2026-11-23); not measured in TF32, nor width 4 (4 ->
+// 6). A tile of one tap reads X and dY once per tap: nine times for a 3x3 layer, which bound the 64-channel
+// layers by L2 bandwidth (docs/benchmarks.md, 2026-11-23). Where both channel counts pass 64 the 128 x 128
+// block of one tap fills its tile and ran faster (bf16 3x3 128:28:128 0.137 against 0.209 ms, 128:14:256
+// 0.141 against 0.192; H100, 2026-11-23; on wgmma, 0.090 against 0.134 and 0.119 against 0.149).
 inline constexpr int kDirectTaps = 3;
 constexpr bool direct_taps(int variant, Path path, long long filter_w, long long out_c, long long in_c) {
   const long long piece = 16 / storage_bytes(path);
-  return variant == 0 && path_info(path).tensor_cores && filter_w >= kDirectTaps && out_c % piece == 0 &&
-         in_c % piece == 0 && (out_c <= kNarrowBlock || in_c <= kNarrowBlock);
+  const bool width = filter_w % kDirectTaps == 0 || (storage_bytes(path) == 2 && filter_w >= 5);
+  return variant == 0 && path_info(path).tensor_cores && width && out_c % piece == 0 && in_c % piece == 0 &&
+         (out_c <= kNarrowBlock || in_c <= kNarrowBlock);
 }
 
 // The work tile a variant runs with on a layer (schedule.h): filter columns and the block (B_N, B_M). One

@@ -185,9 +185,10 @@ WINRS_MARGIN = 0.95
 
 
 # Each sample runs its calls back to back for about SAMPLE_S. One synchronised call on an H100's host carried
-# 0.2-0.4 ms of dispatch and wait beside 0.08-0.1 ms kernels (2026-11-23): calls counted from it (2-6 per 2 ms)
-# left that overhead in every sample, pulled XLA's and WinRS's times together (a 0.65x WinRS measured 0.95x and
-# was chosen) and sometimes sampled a single call.
+# 0.2-0.4 ms of dispatch and wait beside 0.08-0.1 ms kernels (2026-11-23). Counted from it, each candidate's
+# samples took 1-8 calls, so the wait weighed on them unequally: XLA at 3 calls per sample read 0.18-0.21 ms per
+# call, WinRS at 5-6 calls 0.12-0.14, where 100 calls back to back read 0.080 and 0.095 (3x3 128:7:512 bf16;
+# auto chose that WinRS, which ran at 0.69x).
 SAMPLE_S = 10e-3
 MAX_CALLS = 200
 
