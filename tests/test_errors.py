@@ -31,10 +31,15 @@ def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), window_strides=(0, 1)), ValueError, "must be >= 1"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), jnp.float32, jnp.float16), TypeError, "same dtype"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), dimension_numbers=("NHWC", "HWIO")), TypeError, "dimension_numbers"),
+        # lax's refusals, which a truncating int() or the dilated input's SAME padding used to let through
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), window_strides=(1.5, 2.0)), TypeError, "integers"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((1.0, 1.0), (1, 1))), ValueError, "pairs"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), lhs_dilation=(2, 2)), ValueError, "transposed convolution"),
     ],
     ids=[
         "channels", "rank-mismatch", "rank-too-small", "padding-length", "padding-name", "strides-length",
-        "zero-stride", "mixed-dtypes", "bad-dimension-numbers",
+        "zero-stride", "mixed-dtypes", "bad-dimension-numbers", "float-strides", "float-padding",
+        "string-padding-transposed",
     ],
 )  # fmt: skip
 def test_bad_input_raises_at_trace_time(call, error, message):
@@ -131,3 +136,14 @@ def test_handler_rejects_storage_of_another_path():
         np.asarray(_call(dtype=jnp.bfloat16))
     with pytest.raises(Exception, match="winrs_backward_filter: .*element type of path fp16"):
         np.asarray(_call(dtype=jnp.bfloat16, path=4))
+
+
+def test_a_float64_result_is_left_to_xla():
+    """preferred_element_type=float64 (x64 mode) asks for more than WinRS's float32 sums give: XLA computes it
+    (numpy compares None equal to float64, which had let it through)."""
+    with jax.enable_x64(True):
+        lhs, rhs = jnp.ones((2, 8, 8, 4), jnp.float32), jnp.ones((3, 3, 4, 5), jnp.float32)
+        plan = winrs_jax.plan(
+            lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC, preferred_element_type=jnp.float64
+        )
+    assert not plan.supported and "preferred_element_type" in plan.reason, plan

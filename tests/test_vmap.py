@@ -104,3 +104,53 @@ def test_jacobian_by_vmap_shares_the_input_instead_of_copying_it(rng):
     _close(ours(w), jax.jacrev(functools.partial(out, lax.conv_general_dilated))(w))
     (operands,) = _winrs_operand_shapes(ours.lower(w).as_text())
     assert operands.startswith("tensor<1x1x5x5x2xf32>, tensor<50x1x5x5x2xf32>"), operands
+
+
+@pytest.mark.parametrize("in_axes", [(None, 0), (0, None), (0, 0)])
+def test_grouped_layers_with_a_shared_operand(in_axes, rng):
+    """A grouped layer of more than 8 input channels per group runs its groups as stacked problems: an operand
+    vmap leaves shared (leading axis 1) must be broadcast to the groups, not passed as shared (which the handler
+    refused: "leading (vmapped) axes ... must equal the filter gradient's")."""
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=2,
+                precision=lax.Precision.HIGHEST)  # fmt: skip
+    lhs = jnp.asarray(
+        rng.standard_normal((3, 2, 9, 10, 20) if in_axes[0] == 0 else (2, 9, 10, 20)), jnp.float32
+    )
+    rhs = jnp.asarray(
+        rng.standard_normal((3, 3, 3, 10, 6) if in_axes[1] == 0 else (3, 3, 10, 6)), jnp.float32
+    )
+
+    def grads(conv_fn):
+        loss = lambda x, w: jnp.sum(jnp.sin(conv_fn(x, w, **args)))  # noqa: E731
+        return jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=in_axes))(lhs, rhs)
+
+    for ours, theirs in zip(grads(winrs_jax.conv), grads(lax.conv_general_dilated), strict=True):
+        _close(ours, theirs)
+
+
+def test_a_3d_grouped_layer(rng):
+    """A 3D layer's depth taps share dY; with wide groups the groups lead, and dY is broadcast to the taps."""
+    args = dict(
+        window_strides=(1, 1, 1), padding="SAME", feature_group_count=2, precision=lax.Precision.HIGHEST
+    )
+    lhs = jnp.asarray(rng.standard_normal((2, 20, 5, 6, 7)), jnp.float32)
+    rhs = jnp.asarray(rng.standard_normal((8, 10, 3, 3, 3)), jnp.float32)
+    grad = lambda conv_fn: jax.jit(jax.grad(lambda w: jnp.sum(jnp.sin(conv_fn(lhs, w, **args)))))(rhs)  # noqa: E731
+    _close(grad(winrs_jax.conv), grad(lax.conv_general_dilated))
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_vmap_over_an_empty_axis(groups):
+    """vmap over a size-0 axis returns empty results of lax's shapes (an unbatched operand's size 1 and the
+    empty axis broadcast to 0, and no problem is planned or run)."""
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=groups)
+    lhs, rhs = jnp.zeros((0, 2, 9, 10, 20)), jnp.zeros((3, 3, 20 // groups, 6))
+    for in_axes, w in (((0, None), rhs), ((0, 0), jnp.zeros((0, *rhs.shape)))):
+
+        def run(conv_fn, in_axes=in_axes, w=w):
+            loss = lambda x, w: jnp.sum(jnp.sin(conv_fn(x, w, **args)))  # noqa: E731
+            forward = jax.vmap(lambda x, w: conv_fn(x, w, **args), in_axes=in_axes)(lhs, w)
+            return (forward, *jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=in_axes)(lhs, w))
+
+        for ours, theirs in zip(run(winrs_jax.conv), run(lax.conv_general_dilated), strict=True):
+            assert ours.shape == theirs.shape and ours.dtype == theirs.dtype

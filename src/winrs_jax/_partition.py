@@ -181,9 +181,13 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
         dy = lax.reshape(dy, shape, out_sharding=jax.typeof(x).sharding if explicit else None)
         return run_plan(x, dy, dataclasses.replace(plan, batch_groups=1), options, stack)
     if plan.groups > 1:
-        # ... x G x N x ... x C/G and ... x G x N x ... x K/G; dW ... x G x K/G x ... x C/G.
+        # ... x G x N x ... x C/G and ... x G x N x ... x K/G; dW ... x G x K/G x ... x C/G. An operand shared by
+        # the stacked problems (leading axes 1: vmap of the other one, a 3D layer's dY) is shared no more once
+        # the groups lead its problems: it is broadcast to them.
         regroup = lambda a: jax.numpy.moveaxis(a.reshape(*a.shape[:-1], plan.groups, -1), -2, stack)  # noqa: E731
-        dw = run_plan(regroup(x), regroup(dy), dataclasses.replace(plan, groups=1), options, stack + 1)
+        stacked = (*np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]), plan.groups)
+        x, dy = (_full_or_shared(regroup(a), stacked) for a in (x, dy))
+        dw = run_plan(x, dy, dataclasses.replace(plan, groups=1), options, stack + 1)
         return dw.reshape(*dw.shape[:stack], -1, *dw.shape[stack + 2 :])
     layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
     if plan.dilation != (1, 1):

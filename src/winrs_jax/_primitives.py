@@ -59,7 +59,8 @@ def _stacked(fn: Callable[..., jax.Array], stack: int) -> Callable[..., jax.Arra
         return fn
 
     def mapped(*args: jax.Array) -> jax.Array:
-        size = max(a.shape[0] for a in args)
+        sizes = [a.shape[0] for a in args]
+        size = 0 if 0 in sizes else max(sizes)  # broadcasting's rule: 1 and 0 make 0
         axes = tuple(0 if a.shape[0] == size else None for a in args)
         args = tuple(a if axis == 0 else a[0] for a, axis in zip(args, axes, strict=True))
         return jax.vmap(_stacked(fn, stack - 1), in_axes=axes)(*args)
@@ -275,6 +276,9 @@ def _filter_grad_impl(
     x: jax.Array, dy: jax.Array, *, spec: ConvSpec, options: Any, mode: str, rhs_shape: tuple[int, ...],
     rhs_dtype: np.dtype, stack: int,
 ) -> jax.Array:  # fmt: skip
+    stacked = np.broadcast_shapes(x.shape[:stack], dy.shape[:stack])
+    if 0 in stacked:  # no problems (vmap over an empty axis): nothing to plan, measure or run
+        return jax.numpy.zeros((*stacked, *rhs_shape), rhs_dtype)
     one_x = _unstacked(x, stack)
     plan = make_plan(one_x.shape, rhs_shape, one_x.dtype, spec, options)
     # Measured on the shape each device runs (a shard of the batch under explicit mesh axes).

@@ -7,6 +7,7 @@ parameter of winrs_jax's primitives.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ def _int_tuple(name: str, value: Sequence[int] | None, rank: int, default: int) 
     if value is None:
         return (default,) * rank
     try:
-        out = tuple(int(v) for v in value)
+        out = tuple(operator.index(v) for v in value)  # as lax: 1.5 is refused, not truncated
     except TypeError as e:
         raise TypeError(f"{name} must be a sequence of {rank} integers, got {value!r}") from e
     if len(out) != rank:
@@ -139,6 +140,11 @@ def make_spec(
 
     in_spatial = [_dilated(lhs_shape[d], s) for d, s in zip(dn.lhs_spec[2:], lhs_dil, strict=True)]
     window = [_dilated(rhs_shape[d], s) for d, s in zip(dn.rhs_spec[2:], rhs_dil, strict=True)]
+    if isinstance(padding, str) and any(d != 1 for d in lhs_dil):
+        raise ValueError(  # lax's own refusal
+            "String padding is not implemented for transposed convolution using this op. Please either exactly "
+            "specify the required padding or use conv_transpose."
+        )
     if isinstance(padding, str):
         if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
             raise ValueError(
@@ -149,7 +155,7 @@ def make_spec(
         )
     else:
         try:
-            pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+            pads = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
         except (TypeError, ValueError) as e:
             raise ValueError(
                 f"padding must be 'SAME', 'VALID' or a sequence of (low, high) pairs, got {padding!r}"

@@ -474,7 +474,7 @@ def _unsupported(spec: ConvSpec, dtype: np.dtype, direct: bool) -> str:
     """Why WinRS cannot compute this layer's filter gradient, or "" (`direct`: by the direct grouped kernels,
     which take strides and dilation together)."""
     preferred = spec.preferred_element_type
-    if preferred not in (None, np.dtype(np.float32), dtype):
+    if preferred is not None and preferred not in (np.dtype(np.float32), dtype):  # (None == float64 in numpy)
         return f"preferred_element_type {preferred}: WinRS produces the filter gradient in float32 or {dtype}"
     if any(d != 1 for d in spec.lhs_dilation):
         return f"lhs dilation {spec.lhs_dilation} (transposed convolution)"
