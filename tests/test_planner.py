@@ -140,17 +140,27 @@ def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
     assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape
 
 
-@pytest.mark.parametrize("size, channels", [(28, 128), (14, 256)])
-def test_wide_layers_keep_the_one_tap_block(size, channels):
-    """Where both channel counts pass 64 the direct kernel runs its 128 x 128 block of one filter column (by
-    wgmma on Hopper): it filled its tile and ran faster than the filter-row tile's 64 x 64 blocks on an H100, so
-    Algorithm 2 keeps its segments (columns before rows) and the block count is the one-tap grid's."""
-    plan = plan_canonical(128, (size, size), channels, channels, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
-                          PlannerOptions(sm_count=132))  # fmt: skip
-    tile = plan_canonical(128, (size, size), 64, channels, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
-                          PlannerOptions(sm_count=132))  # fmt: skip
-    assert [k.index for k in plan.kernels] == [0]
-    assert plan.segment_shape[1] < size and plan.segment_shape[1] != tile.segment_shape[1]
+@pytest.mark.parametrize(
+    "batch, size, channels, filter_w, wide",
+    [(32, 112, 128, 3, True), (16, 96, 128, 3, True), (32, 56, 256, 3, False), (32, 64, 256, 6, False),
+     (128, 28, 128, 3, False), (32, 112, 128, 5, False)],
+)  # fmt: skip
+def test_wide_filter_row_tile_where_it_fills_the_gpu(batch, size, channels, filter_w, wide):
+    """Where both channel counts pass 64, 16-bit layers run the filter-row tile on 128 x 128 channels (three taps
+    from one staging of X and dY) where it measured faster (variants.h, wide_taps): a filter width that is a
+    multiple of 3, few tiles of the one-tap grid, and rows that give its tiles two waves. Its segments are then
+    whole rows, as the 64 x 64 tile's. Elsewhere (more channel blocks, 6x6, ResNet's 28 x 28 stage, 5x5 filters,
+    and TF32) the 128 x 128 block of one filter column, whose segments Algorithm 2 cuts columns first."""
+    pads = (1, 1, filter_w // 2, filter_w // 2)
+    options = PlannerOptions(sm_count=132)
+    plan = plan_canonical(
+        batch, (size, size), channels, channels, (3, filter_w), pads, "bf16", "bf16", options
+    )
+    tf32 = plan_canonical(batch, (size, size), channels, channels, (3, filter_w), pads, "tf32", "tf32",
+                          PlannerOptions(sm_count=132, kernels=(0, 0)))  # fmt: skip
+    assert [k.index for k in plan.kernels] == [0] and [k.index for k in tf32.kernels] == [0]
+    assert (plan.segment_shape[1] >= plan.out_grad_hw[1] // 2) == wide, plan.segment_shape
+    assert tf32.segment_shape[1] < tf32.out_grad_hw[1] // 2, tf32.segment_shape
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   // The filter-row tile, which the plan counts by channel counts alone, refuses a misaligned X
   // (launch_direct); every other kernel falls back to register staging and must compute dW.
   const bool refused =
-      layer.misalign % 16 != 0 && v == 0 && winrs::direct_taps(0, path, filter_w, out_c, in_c);
+      layer.misalign % 16 != 0 && v == 0 && winrs::tile_shape(0, path, p).columns == winrs::kDirectTaps;
   if (ok && refused) {
     const cudaError_t e = winrs::cuda::run_backward_filter(op, dx, ddy, ddw, dws, 0, &stage);
     std::printf("%-6s direct %3d:%-3d X misaligned by %d bytes: %s (%s)\n", info.name, in_c, out_c,
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     // the last tile's column past the filter dropped), segments narrower than a step (width 5), two
     // input-channel blocks (72:40), three output-channel blocks (24:200).
     // Where both pass 64 the 128 x 128 block runs: by wgmma on Hopper in 16 bits (run again with
-    // WINRS_JAX_WGMMA=0 for the mma.sync kernel), chained and adding atomically.
+    // WINRS_JAX_WGMMA=0 for the mma.sync kernels), chained and adding atomically.
     for (const auto& [in_c, out_c, buckets, atomic, out_w, filter_w] :
          {std::tuple{136, 72, 0, false, 17, 3}, std::tuple{40, 56, 1, false, 17, 3},
           std::tuple{64, 64, 0, true, 17, 3}, std::tuple{136, 72, 0, true, 17, 3},
@@ -193,18 +193,32 @@ int main(int argc, char** argv) {
     for (const auto& [batch, in_c, out_c, buckets, atomic, filter_w] :
          {std::tuple{64, 136, 72, 0, true, 3}, std::tuple{64, 200, 136, 1, false, 5},
           std::tuple{64, 72, 264, 0, true, 6}, std::tuple{32, 136, 72, 1, false, 3},
-          std::tuple{16, 200, 136, 0, true, 5}}) {
+          std::tuple{16, 200, 136, 0, true, 5}, std::tuple{64, 136, 72, 0, false, 2}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, 4, 7, 2, filter_w});
     }
-    // X 8 bytes off 16-byte alignment: the filter-row tile (64:64, width 3) reports a misaligned address; the
-    // 128 x 128 block (136:72) and a width-2 layer (48:40, one column per block) run register staging and
-    // must match the CPU.
-    for (const auto& [in_c, out_c, filter_w] : {std::tuple{64, 64, 3}, {136, 72, 3}, {48, 40, 2}}) {
+    // The filter-row tile on 128 x 128 channels (16 bits; one channel block, rows of at least 28 positions
+    // and enough of them for its tiles, variants.h, wide_taps): partial channel panels (120, 72, 96), chained
+    // and atomic, rows and their halos across steps of 64 units (190 and 256 columns) and filling one exactly
+    // (62). The other paths run the 128 x 128 block (its sums are long for their tolerance).
+    for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic] :
+         {std::tuple{2, 22, 256, 120, 72, 0, true}, std::tuple{3, 30, 190, 128, 128, 1, false},
+          std::tuple{2, 88, 62, 96, 128, 0, false}}) {
+      if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
+      ++cases;
+      failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
+                            Layer{batch, out_h, out_w, 2, 3});
+    }
+    // X 8 bytes off 16-byte alignment: the filter-row tiles (64:64, and 120:72 on 22 x 256 in 16 bits) report
+    // a misaligned address; the 128 x 128 block (136:72, and 120:72 on 22 x 256 in 32 bits) and a width-2
+    // layer (48:40, one column per block) run register staging and must match the CPU.
+    for (const auto& [in_c, out_c, filter_w, out_h, out_w] :
+         {std::tuple{64, 64, 3, 9, 17}, {136, 72, 3, 9, 17}, {120, 72, 3, 22, 256}, {48, 40, 2, 9, 17}}) {
+      if (out_w > 17 && winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, 0, false, gen,
-                            Layer{3, 9, 17, 2, filter_w, 8});
+                            Layer{2, out_h, out_w, 2, filter_w, 8});
     }
   }
   std::printf("%d failures in %d cases\n", failures, cases);

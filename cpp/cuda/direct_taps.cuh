@@ -1,6 +1,7 @@
-// The direct kernel's filter-row tile (variants.h, direct_taps): one thread block computes Taps filter
-// columns f0 .. f0 + Taps - 1 of one filter row for a 64 x 64 channel block, from dY staged once and X staged
-// once with a halo, instead of one block per column that reads both again for every column.
+// The direct kernel's filter-row tile (variants.h, direct_taps and wide_taps): one thread block computes Taps
+// filter columns f0 .. f0 + Taps - 1 of one filter row for a Block x Block channel block (64, or 128 for
+// 16-bit layers whose channel counts pass 64), from dY staged once and X staged once with a halo, instead of
+// one block per column that reads both again for every column.
 //
 // The units of a tile are the dY pixels of its segment, walked along each row over Wv = W_seg + Taps - 1
 // positions (the segment's columns, then Taps - 1 positions where dY is zero): at position c of a row, tap j
@@ -17,7 +18,7 @@
 
 namespace winrs::cuda {
 
-template <Path P, int Taps>
+template <Path P, int Taps, int Block = kNarrowBlock>
 struct TapsConfig {
   // The "transforms" of a tap tile: slice j holds filter column j as it is.
   struct Tile {
@@ -36,9 +37,10 @@ struct TapsConfig {
   using Smem = typename SmemType<operand>::T;
 
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
-  static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
-  static constexpr int blocks_per_sm = 2;
-  static constexpr int K = path_info(P).units_per_step;  // one MMA k-block
+  static constexpr int BN = Block, BM = Block;
+  static_assert(Block == kNarrowBlock || (Block == kWideBlock && kSixteenBit<operand>));
+  static constexpr int blocks_per_sm = Block == kNarrowBlock ? 2 : 1;  // the wide block's 192 accumulators
+  static constexpr int K = path_info(P).units_per_step;                // one MMA k-block
   static constexpr bool chunked = false, copy = true, tma = false;
   static constexpr int copy_substeps = 4, copy_stages = 3;
   static constexpr int copy_units = copy_substeps * K;  // dY units per step
@@ -124,8 +126,8 @@ struct TapsStager : StagingGeometry {
   }
 };
 
-// The GEMM of a tap tile on tensor cores: eight warps as 2 x 4 over B_N x B_M, each warp 32 x 16 channels of
-// every tap; per k-block it loads its dY fragments once and one X fragment pair per tap.
+// The GEMM of a tap tile on tensor cores: eight warps as 2 x 4 over B_N x B_M, each warp B_N / 2 x B_M / 4
+// channels of every tap; per k-block it loads its dY fragments once and its X fragments once per tap.
 template <class C>
 struct TapsGemm {
   static constexpr bool sixteen_bit = kSixteenBit<C::operand>;
@@ -133,7 +135,7 @@ struct TapsGemm {
   static constexpr int warps_m = 2, warps_n = kWarps / warps_m;
   static constexpr int WM = C::BN / warps_m, WN = C::BM / warps_n;
   static constexpr int MI = WM / 16, NI = WN / 8;
-  static_assert(MI * 16 * warps_m == C::BN && NI * 8 * warps_n == C::BM && NI == 2);
+  static_assert(MI * 16 * warps_m == C::BN && NI * 8 * warps_n == C::BM && NI % 2 == 0);
   static constexpr int owner_rows = WM;  // the output rounds' row mapping, as MmaGemm's
   static constexpr int rows_per_round = WM / C::R;
   static_assert(rows_per_round * C::R == WM && rows_per_round % 8 == 0);
@@ -170,15 +172,17 @@ struct TapsGemm {
       for (int mi = 0; mi < MI; ++mi)
         ldmatrix_x4_trans(a[mi], gs + l.a_k * C::gs_stride + m0 + mi * 16 + l.a_m);
 #pragma unroll
-      for (int j = 0; j < C::taps; ++j) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, ds + (l.b_k + j) * C::ds_stride + n0 + l.b_n);
+      for (int j = 0; j < C::taps; ++j)
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          mma_16bit<C::operand>(acc[j][mi][0], a[mi], b[0], b[1]);
-          mma_16bit<C::operand>(acc[j][mi][1], a[mi], b[2], b[3]);
+        for (int ni = 0; ni < NI; ni += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, ds + (l.b_k + j) * C::ds_stride + n0 + ni * 8 + l.b_n);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            mma_16bit<C::operand>(acc[j][mi][ni], a[mi], b[0], b[1]);
+            mma_16bit<C::operand>(acc[j][mi][ni + 1], a[mi], b[2], b[3]);
+          }
         }
-      }
     } else {
       const int g = lane >> 2, t = lane & 3;
       uint32_t a_high[MI][4], a_low[MI][4];

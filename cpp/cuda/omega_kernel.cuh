@@ -10,8 +10,9 @@
 // segment's bucket, after the previous link of its chain where segments share buckets (serial split-K,
 // winrs/segments.h), or adds into dW atomically (four channels per add on sm_90). The kernel takes its
 // configuration type: OmegaConfig (a variant on a path), TapsConfig, the direct kernel's filter-row tile
-// (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), or WgmmaTapsConfig, the
-// filter-row tile on Hopper (wgmma_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
+// (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), WgmmaTapsConfig, the
+// filter-row tile on Hopper (wgmma_taps.cuh), or WgmmaWideTapsConfig, that tile on 128 x 128 channels
+// (wgmma_wide_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
 // (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
 // (tma_main_loop) at batches of 32 or a multiple of 64.
 //
@@ -35,13 +36,19 @@
 #include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
+#include "cuda/wgmma_wide_taps.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
 
 template <class C>
+using WgmmaGemmPolicy =
+    std::conditional_t<(C::taps > 1),
+                       std::conditional_t<C::BN == kWideBlock, WgmmaWideTapsGemm<C>, WgmmaTapsGemm<C>>,
+                       WgmmaGemm<C>>;
+template <class C>
 using GemmPolicy =
-    std::conditional_t<C::wgmma, std::conditional_t<(C::taps > 1), WgmmaTapsGemm<C>, WgmmaGemm<C>>,
+    std::conditional_t<C::wgmma, WgmmaGemmPolicy<C>,
                        std::conditional_t<(C::taps > 1), TapsGemm<C>,
                                           std::conditional_t<C::tensor_cores, MmaGemm<C>, FfmaGemm<C>>>>;
 template <class C>
@@ -352,13 +359,16 @@ bool runs_wgmma() {
 #endif
 }
 
-template <Path P>
+template <Path P, int Block>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
-    using Wgmma = WgmmaTapsConfig<P, kDirectTaps>;
+    using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
+                                     WgmmaTapsConfig<P, kDirectTaps>>;
     if (runs_wgmma<Wgmma>()) return launch_config<Wgmma>(args, stream);
   }
-  return launch_config<TapsConfig<P, kDirectTaps>>(args, stream);
+  if constexpr (Block == kNarrowBlock || kSixteenBit<path_info(P).operand>)
+    return launch_config<TapsConfig<P, kDirectTaps, Block>>(args, stream);
+  return cudaErrorInvalidValue;  // no wide tile in 32 bits (variants.h, wide_taps)
 }
 
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
@@ -368,13 +378,14 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
 template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
-  const TileShape shape = tile_shape(0, P, p.filter_w, p.out_c, p.in_c);
+  const TileShape shape = tile_shape(0, P, p);
   if constexpr (path_info(P).tensor_cores) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
     if (shape.columns == kDirectTaps) {
       if (!copies) return cudaErrorMisalignedAddress;
-      return launch_taps<P>(args, stream);
+      return shape.block_oc == kWideBlock ? launch_taps<P, kWideBlock>(args, stream)
+                                          : launch_taps<P, kNarrowBlock>(args, stream);
     }
     if (shape.block_oc == kNarrowBlock) {
       return copies ? launch_config<OmegaConfig<0, P, true, true>>(args, stream)

@@ -48,16 +48,17 @@ bool has_winograd_divisor(int64_t filter_w) {
 }
 
 // Algorithm 2: segment height and width from the baseline count. The direct kernel's filter-row tile
-// (variants.h, direct_taps) walks a segment's rows over its width plus the taps' halo, so that it cuts rows
-// first and columns only where the rows run out: in segments one column wide (the algorithm's choice for
-// Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100, 2026-11-23).
+// (variants.h, direct_taps and wide_taps) walks a segment's rows over its width plus the taps' halo, so that
+// it cuts rows first and columns only where the rows run out: in segments one column wide (the algorithm's
+// choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100,
+// 2026-11-23).
 SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, int64_t z_hat) {
   const int64_t r0 = kVariants[pair.variant0].r;
   const int64_t w_max = pair.width0 / r0;
   const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
   const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
   z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
-  const bool rows_first = direct_taps(pair.variant0, path, p.filter_w, p.out_c, p.in_c);
+  const bool rows_first = pair.variant0 == 0 && tile_shape(pair.variant0, path, p).columns > 1;
 
   int64_t seg_h = p.out_h, seg_w = pair.width0;
   if (z_hat == 1) {
@@ -99,7 +100,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
 
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
 int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
-  const TileShape t = tile_shape(variant, path, p.filter_w, p.out_c, p.in_c);
+  const TileShape t = tile_shape(variant, path, p);
   return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * p.filter_h *
          ceil_div(p.filter_w, t.columns);
 }
@@ -107,8 +108,7 @@ int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
 // 1, or more where `bound` segments of one bucket each would not fill the GPU once.
 int64_t chain_limit(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t bound) {
   const double blocks = double(blocks_per_segment(p, pair.variant0, options.path));
-  const double resident =
-      double(options.sm_count) * kVariants[pair.variant0].shape(options.path).blocks_per_sm;
+  const double resident = double(options.sm_count) * tile_shape(pair.variant0, options.path, p).blocks_per_sm;
   if (double(bound) * blocks >= resident) return 1;
   return std::clamp<int64_t>(int64_t(std::ceil(kChainWaves * resident / (blocks * double(bound)))), 1,
                              kMaxChain);
@@ -206,7 +206,7 @@ KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const 
 }
 
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options) {
-  const KernelShape& v = kVariants[pair.variant0].shape(options.path);
+  const TileShape tile = tile_shape(pair.variant0, options.path, p);
   const double sm = std::max(1, options.sm_count);
   // Line 1: block counts of forward (b0), backward-data (b1) and backward-filter (b2) convolutions.
   const double b0 = double(ceil_div(p.batch * p.out_h * p.out_w, 128) * ceil_div(p.out_c, 64));
@@ -218,7 +218,7 @@ double baseline_segment_count(const Problem& p, const KernelPair& pair, const Pl
   const double b2_hat = 2 * sm;
   if (z < 2 && b2 >= b2_hat) return 1;  // line 3
   // Line 4: enough blocks for several waves of resident blocks, so that the last partial wave costs little.
-  const double z1 = std::ceil(kWaves * sm * v.blocks_per_sm / b2);
+  const double z1 = std::ceil(kWaves * sm * tile.blocks_per_sm / b2);
   // Line 5: at least 64 MFLOP of direct-convolution work per segment.
   const double z2 = std::max(1.0, std::floor(p.direct_flops() / (64.0 * 1024 * 1024)));
   // Line 6, with at least 512 output-gradient positions per segment.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "paths.h"
+#include "problem.h"
 
 namespace winrs {
 
@@ -138,17 +139,44 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
   return variant == 0 && path_info(path).tensor_cores && width && out_c % piece == 0 && in_c % piece == 0 &&
          (out_c <= kNarrowBlock || in_c <= kNarrowBlock);
 }
+// The same filter-row tile on a 128 x 128 channel block (cuda/wgmma_wide_taps.cuh on Hopper,
+// cuda/direct_taps.cuh elsewhere), for 16-bit layers whose channel counts both pass 64. The 128 x 128 block
+// of one tap reads X and dY again for every tap and channel block (64 FLOP per byte); this one stages them
+// once for three taps (192). But it has a third of the one-tap block's tiles, one block per SM and a copy
+// pipeline that drains at every step, so it ran slower wherever the one-tap grid had many tiles per segment,
+// and on short or few rows: bf16 on an H100, 2026-11-23, time against the one-tap block's: 1D k=3
+// 32:16000:256 0.47x and 3x3 32:112:128 0.79x (9 and 12 one-tap tiles per segment); 1.24-1.52x on 3x3
+// 32:56:256 and 32:28:512, 6x6 32:64:256, 9x9 32:64:128 and 32:32:256 (36 to 324 tiles); 1.7x on 3x3
+// 128:28:128 (84 of its tiles over the rows, under one wave); 1.2-1.6x on 5 and 7 wide filters (6 and 9
+// columns computed). So it runs where all of these held: a filter width that is a multiple of 3, at most
+// kWideMaxOneTapTiles tiles of the one-tap grid per segment, rows of at least kWideMinWidth positions, and
+// rows (in pieces of kWidePiece positions) times its own tiles for two waves of a 132-SM GPU
+// (docs/benchmarks.md, eighth stop).
+inline constexpr int kWideBlock = 128;
+inline constexpr long long kWideMaxOneTapTiles = 16, kWideMinWidth = 28, kWidePiece = 64,
+                           kWideTiles = 2 * 132;
+constexpr bool wide_taps(int variant, Path path, const Problem& p) {
+  if (variant != 0 || storage_bytes(path) != 2 || !path_info(path).tensor_cores) return false;
+  if (p.filter_w % kDirectTaps != 0 || p.out_c % 8 != 0 || p.in_c % 8 != 0) return false;
+  if (p.out_c <= kNarrowBlock || p.in_c <= kNarrowBlock || p.out_w < kWideMinWidth) return false;
+  const long long blocks = (p.out_c + kWideBlock - 1) / kWideBlock * ((p.in_c + kWideBlock - 1) / kWideBlock);
+  if (blocks * p.filter_h * p.filter_w > kWideMaxOneTapTiles) return false;
+  const long long tiles = blocks * p.filter_h * (p.filter_w / kDirectTaps);
+  return tiles * p.out_h * ((p.out_w + kWidePiece - 1) / kWidePiece) >= kWideTiles;
+}
 
-// The work tile a variant runs with on a layer (schedule.h): filter columns and the block (B_N, B_M). One
-// function for the planner's block count and the kernel launch.
+// The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M) and the
+// blocks resident per SM. One function for the planner's block count and the kernel launch.
 struct TileShape {
-  int columns, block_oc, block_ic;
+  int columns, block_oc, block_ic, blocks_per_sm;
 };
-constexpr TileShape tile_shape(int variant, Path path, long long filter_w, long long out_c, long long in_c) {
-  if (direct_taps(variant, path, filter_w, out_c, in_c)) return {kDirectTaps, kNarrowBlock, kNarrowBlock};
-  if (narrow_block(variant, path, out_c, in_c)) return {1, kNarrowBlock, kNarrowBlock};
+constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
+  if (direct_taps(variant, path, p.filter_w, p.out_c, p.in_c))
+    return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
+  if (wide_taps(variant, path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
   const KernelShape& s = kVariants[variant].shape(path);
-  return {kVariants[variant].n, s.block_oc, s.block_ic};
+  if (narrow_block(variant, path, p.out_c, p.in_c)) return {1, kNarrowBlock, kNarrowBlock, s.blocks_per_sm};
+  return {kVariants[variant].n, s.block_oc, s.block_ic, s.blocks_per_sm};
 }
 
 inline constexpr int kMaxAlpha = 16;
