@@ -137,3 +137,29 @@ def test_conv_backward_filter_is_differentiable(rng):
         return jnp.sum(jnp.sin(vjp(dy)[0]))
 
     _close(jax.jit(jax.grad(ours, (0, 1)))(x, dy), jax.jit(jax.grad(theirs, (0, 1)))(x, dy))
+
+
+def test_checkpoint_policy_saves_winrs_convolutions_as_lax_ones(rng):
+    """jax.checkpoint's dots_saveable names lax's primitives and recomputes winrs_jax.conv's outputs in the backward
+    pass; wrapped by winrs_jax.checkpoint_policy it keeps them, as it keeps lax's. Gradients match lax's."""
+    from jax._src.ad_checkpoint import saved_residuals
+
+    x, w = _data(rng)
+
+    def net(conv_fn, w):
+        return jnp.sum(_conv(conv_fn, jnp.tanh(_conv(conv_fn, x, w))[..., :3], w))
+
+    def saved(conv_fn, policy):
+        f = jax.checkpoint(functools.partial(net, conv_fn), policy=policy)
+        return [text for _, text in saved_residuals(f, w) if "conv" in text]
+
+    dots = jax.checkpoint_policies.dots_saveable
+    wrapped = winrs_jax.checkpoint_policy(dots)
+    # the first convolution's output (tanh's input), which the backward pass needs
+    assert len(saved(lax.conv_general_dilated, dots)) == 1
+    assert saved(winrs_jax.conv, dots) == []
+    assert len(saved(winrs_jax.conv, wrapped)) == 1 and "winrs_conv" in saved(winrs_jax.conv, wrapped)[0]
+    assert saved(winrs_jax.conv, winrs_jax.checkpoint_policy(jax.checkpoint_policies.nothing_saveable)) == []
+    with winrs_jax.mode("winrs"):
+        ours = jax.jit(jax.grad(jax.checkpoint(functools.partial(net, winrs_jax.conv), policy=wrapped)))(w)
+    _close(ours, jax.grad(functools.partial(net, lax.conv_general_dilated))(w))

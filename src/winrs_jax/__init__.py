@@ -1,6 +1,7 @@
 """winrs_jax: WinRS fused 1D-Winograd backward-filter convolution for JAX (XLA FFI, CPU and CUDA)."""
 
 from winrs_jax._ffi import CUDA_BUILT, export_disabled_checks
+from winrs_jax._primitives import checkpoint_policy
 from winrs_jax.choice import mode
 from winrs_jax.conv import conv, conv_backward_filter, plan
 from winrs_jax.planner import Plan, PlannerOptions, Variant, variants
@@ -10,6 +11,7 @@ __all__ = [
     "Plan",
     "PlannerOptions",
     "Variant",
+    "checkpoint_policy",
     "conv",
     "conv_backward_filter",
     "export_disabled_checks",

@@ -337,3 +337,20 @@ def _filter_grad_batch(args: Any, dims: Any, *, stack: int, **params: Any) -> tu
 
 
 batching.primitive_batchers[filter_grad_p] = _filter_grad_batch
+
+
+def checkpoint_policy(policy: Callable[..., Any]) -> Callable[..., Any]:
+    """`policy`, a jax.checkpoint policy, applied to winrs_jax.conv as to lax.conv_general_dilated.
+
+    jax's policies name lax's primitives: `jax.checkpoint_policies.dots_saveable` keeps the outputs of lax's
+    convolutions for the backward pass but does not know winrs_jax.conv's, which a checkpointed model then
+    recomputes. `jax.checkpoint(f, policy=winrs_jax.checkpoint_policy(jax.checkpoint_policies.dots_saveable))`
+    keeps both. The policy sees one problem's operands (without vmap's stacked axes) and lax's parameters."""
+
+    def applied(prim: Any, *args: Any, **params: Any) -> Any:
+        if prim is conv_p:
+            lhs, rhs = (_unstacked(a, params["stack"]) for a in args)
+            return policy(lax.conv_general_dilated_p, lhs, rhs, **_params(params["spec"], lhs, rhs))
+        return policy(prim, *args, **params)
+
+    return applied
