@@ -18,7 +18,7 @@ def test_batch_sharded_training_step_all_reduces_dw_without_gathering_activation
     report = json.loads(result.stdout.strip().splitlines()[-1])
     # float32 sums over different shard orders: compare with XLA at the tolerance of the other gradient tests.
     cases = ("jit", "shard_map", "explicit", "no_pcast", "penalty", "ensemble", "batch_grouped")
-    for case in (*cases, "explicit_batch_grouped"):
+    for case in (*cases, "explicit_batch_grouped", "explicit_layouts"):
         assert report[f"{case}_error"] < 2e-4, report
     assert report["winrs_calls"] >= 1, report
     assert report["all_reduce"] and not report["all_gather"], report

@@ -135,12 +135,24 @@ def filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
         return _partitioned(x, dy, layer)
     # Explicit axes say where the batch lives at trace time: the same per-device plan and all-reduce, written
     # as a shard_map (custom partitioning's all-reduce does not lower under explicit axes with jax 0.11).
+    # Both operands partitioned over the batch alone: dY may come partitioned elsewhere (an output layout CNHW
+    # puts lax's partitioning on its leading axis, the channels).
     spec = P(*([None] * layer.stack), axes)
+    x, dy = (jax.sharding.reshard(a, spec) for a in (x, dy))
 
     def local(x: jax.Array, dy: jax.Array) -> jax.Array:
         return lax.psum(_local_filter_grad(x, dy, layer), axes)
 
     return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=P())(x, dy)
+
+
+def _batch_reshape(a: jax.Array, shape: tuple[int, ...], stack: int, batch: int) -> jax.Array:
+    """a.reshape(shape) where a's batch axis (after `stack` leading axes) becomes axis `batch`: under explicit mesh
+    axes the reshape must name the result's partitioning, the batch's."""
+    mesh, axes = _explicit_batch_axes(a, stack)
+    if mesh is None:
+        return a.reshape(shape)
+    return lax.reshape(a, shape, out_sharding=NamedSharding(mesh, P(*([None] * batch), axes)))
 
 
 def _full_or_shared(a: jax.Array, stacked: tuple[int, ...]) -> jax.Array:
@@ -288,9 +300,9 @@ def _dilated(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
 
     # ... x N x (sub_h dh) x (sub_w dw) x C -> ... x (dh dw) x N x sub_h x sub_w x C, phase (r, c) at r dw + c
     def phases(a: jax.Array, h: int, w: int) -> jax.Array:
-        a = a.reshape(*a.shape[:-3], h, dh, w, dw, a.shape[-1])
+        a = _batch_reshape(a, (*a.shape[:-3], h, dh, w, dw, a.shape[-1]), stack, stack)
         a = jax.numpy.moveaxis(a, (-4, -2), (stack, stack + 1))  # ... x dh x dw x N x h x w x C
-        return a.reshape(*a.shape[:stack], dh * dw, *a.shape[stack + 2 :])
+        return _batch_reshape(a, (*a.shape[:stack], dh * dw, *a.shape[stack + 2 :]), stack + 2, stack + 1)
 
     stacked = tuple(np.broadcast_shapes(x.shape[:stack], dy.shape[:stack]))
     full = lambda a: jax.numpy.broadcast_to(a, (*stacked, *a.shape[stack:]))  # noqa: E731

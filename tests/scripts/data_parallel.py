@@ -85,6 +85,26 @@ def main() -> None:
             jax.device_put(wg, NamedSharding(explicit, P())), xe
         )
 
+        # Layers that reshape or arrive partitioned otherwise under explicit axes: a dilated filter (its output
+        # phases split X's rows and columns), dY in layout CNHW and X in CHWN (lax partitions the leading axis
+        # of its output, here dY's channels).
+        w8 = jnp.asarray(rng.standard_normal((3, 3, 6, 8)), jnp.float32)
+        layouts = [(x, 0, DN, dict(rhs_dilation=(2, 2))), (x, 0, ("NHWC", "HWIO", "CNHW"), {}),
+                   (jnp.transpose(x, (3, 1, 2, 0)), 3, ("CHWN", "HWIO", "NHWC"), {})]  # fmt: skip
+        explicit_layout_errors = []
+        for lhs, batch, dn, kwargs in layouts:
+
+            def layout_loss(conv, w, x, dn=dn, kwargs=kwargs):
+                return jnp.mean(jnp.sin(conv(x, w, (1, 1), "SAME", dimension_numbers=dn, **kwargs)))
+
+            expected = jax.jit(jax.grad(functools.partial(layout_loss, lax.conv_general_dilated)))(w8, lhs)
+            spec = P(*[("d" if i == batch else None) for i in range(4)])
+            got = jax.jit(jax.grad(functools.partial(layout_loss, winrs_jax.conv)))(
+                jax.device_put(w8, NamedSharding(explicit, P())),
+                jax.device_put(lhs, NamedSharding(explicit, spec)),
+            )
+            explicit_layout_errors.append(float(jnp.abs(got - expected).max() / jnp.abs(expected).max()))
+
         # The measured choice times the shard each device runs (batch 8 over 4 devices: 2).
         os.environ["WINRS_JAX_CACHE_DIR"] = cache = tempfile.mkdtemp()
         with winrs_jax.mode("auto"):
@@ -122,6 +142,7 @@ def main() -> None:
         "ensemble_error": float(jnp.abs(ensemble - ensemble_reference).max() / jnp.abs(ensemble_reference).max()),
         "batch_grouped_error": float(jnp.abs(batch_grouped - batch_grouped_reference).max()
                                      / jnp.abs(batch_grouped_reference).max()),
+        "explicit_layouts_error": max(explicit_layout_errors),
         "explicit_batch_grouped_error": float(jnp.abs(explicit_batch_grouped - batch_grouped_reference).max()
                                               / jnp.abs(batch_grouped_reference).max()),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
