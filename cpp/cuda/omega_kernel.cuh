@@ -83,12 +83,21 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
   }
 }
 
+// Whether a GEMM policy issues a step's MMAs before the step's copies and waits for them after
+// (copies_during_mmas): asynchronous MMAs (wgmma) then run while the threads compute and issue the copies.
+template <class G, class = void>
+struct CopiesDuringMmas : std::false_type {};
+template <class G>
+struct CopiesDuringMmas<G, std::void_t<decltype(G::copies_during_mmas)>>
+    : std::bool_constant<G::copies_during_mmas> {};
+
 // Main loop of copy staging: copy_stages - 1 steps of cp.async in flight while the GEMM runs through one.
 // The barrier at the top of a step both publishes its copies and retires the buffer that the copies issued
-// next will overwrite (the one the previous step read).
+// next will overwrite (the one the previous step read, whose MMAs each thread waited for before it).
 template <class C, class Stager, class Gemm>
 __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typename C::Smem* smem,
                                                int steps) {
+  constexpr bool late = CopiesDuringMmas<Gemm>::value;
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
 #pragma unroll
   for (int s = 0; s < stages - 1; ++s) {
@@ -99,14 +108,21 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
     cp_async_wait<stages - 2>();
     if constexpr (C::wgmma) fence_async_proxy();  // wgmma reads shared memory through the async proxy
     __syncthreads();
-    if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
-    cp_async_commit();
+    const auto refill = [&] {
+      if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
+      cp_async_commit();
+    };
+    if constexpr (!late) refill();
     const typename C::Smem* current = smem + s % stages * step_elems;
     if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
 #pragma unroll 1
       for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.run_step(current, sub);
     } else {
       static_for<0, C::copy_substeps>([&](auto sub) { gemm.run_step(current, decltype(sub)::value); });
+    }
+    if constexpr (late) {
+      refill();
+      gemm.template retire<0>();
     }
   }
   cp_async_wait<0>();

@@ -11,7 +11,8 @@
 // j rows further: the swizzle follows the address bits, so the shifted start reads the rows as they were
 // written (tools/wgmma_probe.cu, "128B swizzle, start shifted s rows").
 //
-// The three taps' accumulators take 192 registers per thread: one block per SM, four copy stages in flight.
+// The three taps' accumulators take 192 registers per thread: one block per SM, four copy stages, and each
+// step's copies issued while its MMAs run.
 #pragma once
 
 #include <cstdint>
@@ -89,8 +90,12 @@ struct WgmmaWideTapsGemm : WgmmaRows<C> {
       for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
   }
 
-  // K-block `sub` of a step; the step's last K-block waits for all of the step's MMAs, whose buffer the
-  // copies issued at the next step overwrite.
+  // The step's copies are issued while its MMAs run (copy_main_loop), then retire<0> waits for the MMAs,
+  // whose buffer the copies issued at the next step overwrite. With one block per SM, issuing the copies
+  // first left the tensor cores idle while every thread computed its copies' addresses.
+  static constexpr bool copies_during_mmas = true;
+
+  // K-block `sub` of a step; the last commits the step's MMAs.
   __device__ void run_step(const Smem* step, int sub) {
     const int group = warp / 4;
     if (sub == 0) wgmma_fence();
@@ -102,14 +107,16 @@ struct WgmmaWideTapsGemm : WgmmaRows<C> {
       wgmma_m64n128k16<C::operand>(acc[j], a_desc,
                                    wgmma_descriptor(b, C::x_panel_elems * int(sizeof(Smem)), sbo));
     }
-    if (sub == C::copy_substeps - 1) {
-      wgmma_commit();
-      wgmma_wait<0>();
+    if (sub == C::copy_substeps - 1) wgmma_commit();
+  }
+
+  template <int Pending>
+  __device__ void retire() {
+    wgmma_wait<Pending>();
 #pragma unroll
-      for (int j = 0; j < C::taps; ++j)
+    for (int j = 0; j < C::taps; ++j)
 #pragma unroll
-        for (int i = 0; i < 64; ++i) pin_register(acc[j][i]);
-    }
+      for (int i = 0; i < 64; ++i) pin_register(acc[j][i]);
   }
 
   // Round Round's accumulators to As[tap][row][col].
