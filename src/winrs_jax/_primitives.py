@@ -23,6 +23,7 @@ from jax._src import dispatch as jax_dispatch
 from jax._src.lax import convolution as lax_rules  # lax's transpose rules of its convolution primitive
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import NamedSharding
 
 from winrs_jax import _ffi, _partition, choice
 from winrs_jax.geometry import ConvSpec
@@ -96,16 +97,32 @@ def _same_varying_axes(*args: jax.Array) -> list[jax.Array]:
     return [lax.pcast(a, m, to="varying") if m else a for a, m in zip(args, missing, strict=True)]
 
 
-def _xla_conv(lhs: jax.Array, rhs: jax.Array, *, spec: ConvSpec, options: Any, stack: int) -> jax.Array:
-    return _stacked(functools.partial(lax.conv_general_dilated, **spec.lax_kwargs()), stack)(lhs, rhs)
+def _xla_conv(
+    lhs: jax.Array, rhs: jax.Array, *, spec: ConvSpec, options: Any, stack: int, out_sharding: Any = None
+) -> jax.Array:
+    sharding = dict(out_sharding=out_sharding) if out_sharding is not None and stack == 0 else {}
+    return _stacked(functools.partial(lax.conv_general_dilated, **spec.lax_kwargs(), **sharding), stack)(
+        lhs, rhs
+    )
+
+
+def canonical_out_sharding(out_sharding: Any) -> Any:
+    """lax's reading of conv_general_dilated's out_sharding (a PartitionSpec of the context mesh becomes a
+    NamedSharding), or None where this jax has no such reading."""
+    canonicalize = getattr(lax_rules, "canonicalize_sharding", None)
+    if out_sharding is None or canonicalize is None:
+        return None
+    return canonicalize(out_sharding, "conv_general_dilated")
 
 
 def bind_conv(
-    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None, stack: int = 0
-) -> jax.Array:
-    """conv(lhs, rhs) as lax computes it, with the filter gradient of winrs_jax."""
+    lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, options: PlannerOptions | None, stack: int = 0,
+    out_sharding: Any = None,
+) -> jax.Array:  # fmt: skip
+    """conv(lhs, rhs) as lax computes it, with the filter gradient of winrs_jax. `out_sharding`: the result's
+    sharding under explicit mesh axes (canonical_out_sharding), where the operands' leave it ambiguous."""
     lhs, rhs = _same_varying_axes(lhs, rhs)
-    return conv_p.bind(lhs, rhs, spec=spec, options=options, stack=stack)
+    return conv_p.bind(lhs, rhs, spec=spec, options=options, stack=stack, out_sharding=out_sharding)
 
 
 def bind_filter_grad(
@@ -133,9 +150,14 @@ def _unstacked(value: Any, stack: int) -> Any:
 # ---- conv_p: the forward convolution, on `stack` leading axes of stacked problems (vmap of both operands) ----
 
 
-def _conv_abstract_eval(lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, stack: int) -> Any:
+def _conv_abstract_eval(
+    lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, stack: int, out_sharding: Any = None
+) -> Any:
+    params = _params(spec, lhs, rhs, stack)
+    if out_sharding is not None and stack == 0:
+        params = dict(params, out_sharding=out_sharding)
     out, effects = lax.conv_general_dilated_p.abstract_eval(
-        _unstacked(lhs, stack), _unstacked(rhs, stack), **_params(spec, lhs, rhs, stack)
+        _unstacked(lhs, stack), _unstacked(rhs, stack), **params
     )
     stacked = np.broadcast_shapes(lhs.shape[:stack], rhs.shape[:stack])
     return out.update(shape=(*stacked, *out.shape)), effects
@@ -161,10 +183,16 @@ def _conv_transpose_lhs(
 
 
 def _conv_transpose_rhs(
-    ct: jax.Array, lhs: jax.Array, rhs: Any, *, spec: ConvSpec, options: Any, stack: int
+    ct: jax.Array, lhs: jax.Array, rhs: Any, *, spec: ConvSpec, options: Any, stack: int, **_: Any
 ) -> Any:
-    """The filter gradient: winrs_jax's."""
-    return _sum_if_shared(bind_filter_grad(lhs, ct, rhs.aval, spec, options, stack), rhs, stack)
+    """The filter gradient: winrs_jax's, with the filter's sharding as lax's has (a filter partitioned over
+    explicit mesh axes, its output features say, takes a cotangent partitioned alike)."""
+    dw = _sum_if_shared(bind_filter_grad(lhs, ct, rhs.aval, spec, options, stack), rhs, stack)
+    sharding = getattr(rhs.aval, "sharding", None)
+    spec_axes = getattr(sharding, "spec", ())
+    if stack == 0 and isinstance(sharding, NamedSharding) and any(a is not None for a in spec_axes):
+        dw = jax.sharding.reshard(dw, spec_axes)
+    return dw
 
 
 ad.defbilinear(conv_p, _conv_transpose_lhs, _conv_transpose_rhs)
@@ -200,9 +228,12 @@ def _to_front(args: Any, dims: Any, stack: int) -> list[jax.Array]:
     return [leading(a, d) for a, d in zip(args, dims, strict=True)]
 
 
-def _conv_batch(args: Any, dims: Any, *, spec: ConvSpec, options: Any, stack: int) -> tuple[jax.Array, int]:
+def _conv_batch(
+    args: Any, dims: Any, *, spec: ConvSpec, options: Any, stack: int, out_sharding: Any = None
+) -> tuple[jax.Array, int]:
     """A vmapped input folds into the batch axis and a vmapped filter into the output features, as lax does;
-    both vmapped (an ensemble) become stacked problems, whose filter gradients run in one WinRS launch."""
+    both vmapped (an ensemble) become stacked problems, whose filter gradients run in one WinRS launch. (An
+    out_sharding is the unbatched result's: conv reshards the batched one to it.)"""
     (lhs, rhs), (lhs_dim, rhs_dim) = args, dims
     lhs_spec, rhs_spec, out_spec = (tuple(stack + d for d in s) for s in spec.dimension_numbers)
     ungrouped = spec.feature_group_count == 1 and spec.batch_group_count == 1
@@ -339,13 +370,16 @@ def _filter_grad_batch(args: Any, dims: Any, *, stack: int, **params: Any) -> tu
 batching.primitive_batchers[filter_grad_p] = _filter_grad_batch
 
 
-def checkpoint_policy(policy: Callable[..., Any]) -> Callable[..., Any]:
+def checkpoint_policy(policy: Callable[..., Any] | None) -> Callable[..., Any] | None:
     """`policy`, a jax.checkpoint policy, applied to winrs_jax.conv as to lax.conv_general_dilated.
 
     jax's policies name lax's primitives: `jax.checkpoint_policies.dots_saveable` keeps the outputs of lax's
     convolutions for the backward pass but does not know winrs_jax.conv's, which a checkpointed model then
     recomputes. `jax.checkpoint(f, policy=winrs_jax.checkpoint_policy(jax.checkpoint_policies.dots_saveable))`
-    keeps both. The policy sees one problem's operands (without vmap's stacked axes) and lax's parameters."""
+    keeps both. The policy sees one problem's operands (without vmap's stacked axes) and lax's parameters. None
+    stays None (jax.checkpoint's default)."""
+    if policy is None:
+        return None
 
     def applied(prim: Any, *args: Any, **params: Any) -> Any:
         if prim is conv_p:

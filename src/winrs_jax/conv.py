@@ -50,7 +50,11 @@ def conv(
     )  # fmt: skip
     if spec.xla_only:  # lax takes the whole call, gradients included
         return _xla_conv(lhs, rhs, spec, out_sharding)
-    out = _primitives.bind_conv(lhs, rhs, spec, options)
+    # out_sharding goes into the primitive, whose abstract evaluation is lax's (explicit mesh axes may need it
+    # there), and the result is resharded to it where a batching rule binds the primitive without it (vmap).
+    out = _primitives.bind_conv(
+        lhs, rhs, spec, options, out_sharding=_primitives.canonical_out_sharding(out_sharding)
+    )
     return out if out_sharding is None else jax.sharding.reshard(out, out_sharding)
 
 

@@ -105,6 +105,23 @@ def main() -> None:
             )
             explicit_layout_errors.append(float(jnp.abs(got - expected).max() / jnp.abs(expected).max()))
 
+        # A filter partitioned over its output features, X replicated: lax needs out_sharding to type the
+        # output, and the filter's cotangent takes the filter's partitioning.
+        def features_loss(conv, w, x):
+            y = conv(x, w, (1, 1), "SAME", dimension_numbers=DN, out_sharding=P(None, None, None, "d"))
+            return jnp.mean(jnp.sin(y))
+
+        wd = jax.device_put(w8, NamedSharding(explicit, P(None, None, None, "d")))
+        xr = jax.device_put(x, NamedSharding(explicit, P()))
+        features_expected = jax.jit(jax.grad(functools.partial(features_loss, lax.conv_general_dilated)))(
+            wd, xr
+        )
+        features_got = jax.jit(jax.grad(functools.partial(features_loss, winrs_jax.conv)))(wd, xr)
+        assert jax.typeof(features_got) == jax.typeof(features_expected), (jax.typeof(features_got),)
+        explicit_layout_errors.append(
+            float(jnp.abs(features_got - features_expected).max() / jnp.abs(features_expected).max())
+        )
+
         # The measured choice times the shard each device runs (batch 8 over 4 devices: 2).
         os.environ["WINRS_JAX_CACHE_DIR"] = cache = tempfile.mkdtemp()
         with winrs_jax.mode("auto"):
