@@ -179,6 +179,8 @@ class Plan:
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
+    # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels).
+    work_tile: tuple[int, int, int] = (0, 0, 0)
     # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
     # stride and filter dilation. Each filter depth tap fd meets the padded input's depth slices
     # fd * dilation + stride * j (j < output depth) as the 2D problem described by the rest of the plan (strided
@@ -305,7 +307,8 @@ class Plan:
             f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference][0]:.1e}, error on zero-mean "
             f"data <= {ACCURACY_BUDGET[self.reference][1]:.1e})",
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
-            + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else ""),
+            + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else "")
+            + self._tile_text(),
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
             f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
             f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
@@ -323,6 +326,14 @@ class Plan:
             + ("; the residual column adds into them after kernel 0" if len(kernels) > 1 else ""),
         ]
         return "\n".join(lines)
+
+    def _tile_text(self) -> str:
+        """Kernel 0's GPU work tile in words (a thread block's share of dW)."""
+        columns, out_c, in_c = self.work_tile
+        if not columns:
+            return ""
+        filter_columns = "1 filter column" if columns == 1 else f"{columns} filter columns"
+        return f"; on the GPU a thread block computes {filter_columns} of {out_c} x {in_c} channels"
 
     def _depth_text(self) -> str:
         (d, od, fd), sd, dd = self.depth, self.depth_stride, self.depth_dilation
@@ -872,4 +883,5 @@ def _plan_canonical(
         segment_shape=(raw["seg_h"], raw["seg_w"]),
         workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"],
+        work_tile=tuple(raw["work_tile"]),
     )
