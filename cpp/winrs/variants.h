@@ -145,7 +145,7 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
 // once for three taps (192). But it has a third of the one-tap block's tiles, one block per SM and a copy
 // pipeline that drains at every step, so it ran slower wherever the one-tap grid had many tiles per segment,
 // and on short or few rows: bf16 on an H100, 2026-11-23, time against the one-tap block's: 1D k=3
-// 32:16000:256 0.47x and 3x3 32:112:128 0.79x (9 and 12 one-tap tiles per segment); 1.24-1.52x on 3x3
+// 32:16000:256 0.47x and 3x3 32:112:128 0.79x (12 and 9 one-tap tiles per segment); 1.24-1.52x on 3x3
 // 32:56:256 and 32:28:512, 6x6 32:64:256, 9x9 32:64:128 and 32:32:256 (36 to 324 tiles); 1.7x on 3x3
 // 128:28:128 (84 of its tiles over the rows, under one wave); 1.2-1.6x on 5 and 7 wide filters (6 and 9
 // columns computed). So it runs where all of these held: a filter width that is a multiple of 3, at most
