@@ -1,6 +1,7 @@
 """The per-layer choice between WinRS and XLA (winrs_jax.choice): modes, measurement, memory and disk cache."""
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -325,6 +326,22 @@ def test_short_kernels_are_timed_without_the_hosts_wait(monkeypatch):
     xla_ms, winrs_ms = choice._time_all([gpu.kernel(0.1e-3), gpu.kernel(0.15e-3)])
     assert xla_ms == pytest.approx(0.1, rel=0.05) and winrs_ms == pytest.approx(0.15, rel=0.05)
     assert choice._time_ms(gpu.kernel(0.1e-3)) == pytest.approx(0.1, rel=0.05)
+
+
+def test_the_samples_are_logged_for_the_bench(monkeypatch, caplog):
+    """At debug level auto logs every sample behind a choice (the bench records them beside its own timings)."""
+    gpu = VirtualGpu(dispatch_s=10e-6, wait_s=0.3e-3)
+    monkeypatch.setattr(choice, "time", types.SimpleNamespace(perf_counter=gpu.clock))
+    with caplog.at_level(logging.DEBUG, logger="winrs_jax"):
+        choice._time_all([gpu.kernel(0.1e-3), gpu.kernel(0.12e-3)])
+        choice._time_all([gpu.kernel(0.1e-3), gpu.kernel(0.5e-3)])  # a clear loser: estimates only
+    sampled, estimated = (r.getMessage() for r in caplog.records)
+    xla, winrs = sampled.split(": ", 1)[1].split("; ")
+    assert xla.startswith("XLA (") and winrs.startswith("WinRS 1 (")
+    assert all(float(v) == pytest.approx(0.1, rel=0.05) for v in xla.split("): ")[1].split())
+    assert all(float(v) == pytest.approx(0.12, rel=0.05) for v in winrs.split("): ")[1].split())
+    # burst estimates: one synchronisation over a burst of calls still weighs on them a little
+    assert [float(v) for v in estimated.rsplit(": ", 1)[1].split()] == pytest.approx([0.1, 0.5], rel=0.15)
 
 
 def test_samples_alternate_between_the_two():

@@ -228,6 +228,8 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list
     result = [per_call * 1e3 for per_call, _ in estimates]
     sampled = [i for i, (per_call, _) in enumerate(estimates) if i == 0 or per_call <= 3 * estimates[0][0]]
     if len(sampled) == 1:
+        _LOG.debug("auto's burst estimates, ms per call (WinRS over 3x XLA's: not sampled): %s",
+                   " ".join(f"{v:.4f}" for v in result))  # fmt: skip
         return result
     calls = {i: estimates[i][1] for i in sampled}
     samples: dict[int, list[float]] = {i: [] for i in sampled}
@@ -242,6 +244,15 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list
             samples[i].append(sample_ms(fns[i], calls[i]))
     for i in sampled:
         result[i] = statistics.median(samples[i])
+    if _LOG.isEnabledFor(logging.DEBUG):  # the bench records them beside its own timings
+        _LOG.debug(
+            "auto's samples, ms per call: %s",
+            "; ".join(
+                f"{'XLA' if i == 0 else f'WinRS {i}'} ({calls[i]} calls each): "
+                + " ".join(f"{v:.4f}" for v in samples[i])
+                for i in sampled
+            ),
+        )
     return result
 
 

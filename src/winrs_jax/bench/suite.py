@@ -3,11 +3,13 @@ where PyTorch is importable with a GPU, cuDNN's through PyTorch, on the same inp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -284,6 +286,8 @@ class Result:
     # The auto plan's measured choice with its own timings ("WinRS (measured: WinRS 0.081 ms, XLA 0.092 ms)"):
     # where auto picked WinRS and this benchmark timed it slower than XLA, the two measurements disagree.
     auto_choice: str = ""
+    # Auto's samples behind that choice (choice._time_all's debug log), to compare with this benchmark's timings.
+    auto_samples: str = ""
 
     @property
     def speedup(self) -> float:
@@ -315,8 +319,30 @@ class Result:
             winrs_signed_error=self.winrs_signed_error, xla_signed_error=self.xla_signed_error,
             max_rel_diff=self.max_rel_diff, plan=self.plan, choice_s=self.choice_s,
             cached_choice_ms=self.cached_choice_ms, auto_path=self.auto_path, auto_ms=self.auto_ms,
-            winrs_temp_bytes=self.winrs_temp_bytes, auto_choice=self.auto_choice,
+            winrs_temp_bytes=self.winrs_temp_bytes, auto_choice=self.auto_choice, auto_samples=self.auto_samples,
         )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _choice_log() -> Iterator[list[str]]:
+    """The messages winrs_jax logs meanwhile, debug level included (auto's samples)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger, handler = logging.getLogger("winrs_jax"), Collect()
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # the debug lines go to the results, not to the console
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _calls(fn: Callable[[], jax.Array], calls: int) -> int:
@@ -501,7 +527,8 @@ def measure(
     plan_s = time.perf_counter() - start
     auto_options = winrs_jax.PlannerOptions(mode="auto", deterministic=deterministic)
     start = time.perf_counter()
-    auto = winrs_jax.plan(x, w, **kwargs, options=auto_options)  # new layer: measures WinRS and XLA
+    with _choice_log() as auto_log:
+        auto = winrs_jax.plan(x, w, **kwargs, options=auto_options)  # new layer: measures WinRS and XLA
     choice_s = time.perf_counter() - start - plan_s
     cached = []
     for _ in range(3):  # the cached decision: the median of three, as one call may meet a garbage collection
@@ -548,4 +575,5 @@ def measure(
         auto_ms=auto_ms,
         winrs_temp_bytes=_temp_bytes(compiled["winrs"]),
         auto_choice=auto.choice,
+        auto_samples="\n".join(auto_log),
     )
