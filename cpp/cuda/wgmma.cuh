@@ -27,9 +27,9 @@ namespace winrs::cuda {
 #define WINRS_WGMMA_CODE 0
 #endif
 
-template <Path P, bool Tma = false>
-struct WgmmaConfig {
-  using Tile = TileMath<0>;
+// What every configuration of the direct kernel on wgmma shares: variant 0 on a 16-bit path.
+template <Path P>
+struct WgmmaPath {
   static constexpr int variant = 0;
   static constexpr Path path = P;
   static constexpr Operand operand = path_info(P).operand;
@@ -37,6 +37,12 @@ struct WgmmaConfig {
   static constexpr bool tensor_cores = true, wgmma = true;
   using Storage = typename StorageType<path_info(P).storage>::T;
   using Smem = typename SmemType<operand>::T;
+};
+
+template <Path P, bool Tma = false>
+struct WgmmaConfig : WgmmaPath<P> {
+  using Tile = TileMath<0>;
+  using typename WgmmaPath<P>::Smem;
 
   static constexpr int alpha = 1, n = 1, r = 1, taps = 1;
   static constexpr int BN = kVariants[0].shape(P).block_oc, BM = kVariants[0].shape(P).block_ic;

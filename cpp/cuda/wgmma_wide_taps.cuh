@@ -23,15 +23,9 @@
 namespace winrs::cuda {
 
 template <Path P, int Taps>
-struct WgmmaWideTapsConfig {
+struct WgmmaWideTapsConfig : WgmmaPath<P> {
   using Tile = typename TapsConfig<P, Taps, kWideBlock>::Tile;
-  static constexpr int variant = 0;
-  static constexpr Path path = P;
-  static constexpr Operand operand = path_info(P).operand;
-  static_assert(kSixteenBit<operand>, "TF32 wgmma needs K-major operands; X and dY are channel-major");
-  static constexpr bool tensor_cores = true, wgmma = true;
-  using Storage = typename StorageType<path_info(P).storage>::T;
-  using Smem = typename SmemType<operand>::T;
+  using typename WgmmaPath<P>::Smem;
 
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
   static constexpr int BN = kWideBlock, BM = kWideBlock;

@@ -140,12 +140,12 @@ def make_spec(
 
     in_spatial = [_dilated(lhs_shape[d], s) for d, s in zip(dn.lhs_spec[2:], lhs_dil, strict=True)]
     window = [_dilated(rhs_shape[d], s) for d, s in zip(dn.rhs_spec[2:], rhs_dil, strict=True)]
-    if isinstance(padding, str) and any(d != 1 for d in lhs_dil):
-        raise ValueError(  # lax's own refusal
-            "String padding is not implemented for transposed convolution using this op. Please either exactly "
-            "specify the required padding or use conv_transpose."
-        )
     if isinstance(padding, str):
+        if any(d != 1 for d in lhs_dil):
+            raise ValueError(  # lax's own refusal
+                "String padding is not implemented for transposed convolution using this op. Please either "
+                "exactly specify the required padding or use conv_transpose."
+            )
         if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
             raise ValueError(
                 f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or (low, high) pairs, got {padding!r}"
