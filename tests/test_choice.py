@@ -449,3 +449,36 @@ def test_a_cached_choice_plans_no_alternatives(auto, monkeypatch):
         plan = winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC)
         assert plan.choice.startswith("WinRS")
     assert planned == [1]
+
+
+def test_repeated_filter_gradients_all_run():
+    """Auto and the bench time each candidate repeated in one program (choice.repeated) on the same arrays: XLA
+    must neither merge the applications (common subexpressions) nor drop any, and each result is fn's."""
+    x, dy = jnp.asarray(np.random.default_rng(0).random(LHS), jnp.float32), jnp.ones((*LHS[:3], RHS[3]))
+    spec = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+    forced = winrs_jax.PlannerOptions(mode="winrs")
+
+    def xla(x, dy):
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros(RHS))[1](dy)[0]
+
+    def ours(x, dy):
+        return winrs_jax.conv_backward_filter(x, dy, RHS, **spec, options=forced)
+
+    for fn, op in ((xla, "convolution("), (ours, "custom_call_target=")):
+        compiled = jax.jit(choice.repeated(fn)).lower((x,) * 5, (dy,) * 5).compile()
+        assert compiled.as_text().count(op) == 5
+        for out in compiled((x,) * 5, (dy,) * 5):
+            np.testing.assert_allclose(out, fn(x, dy), rtol=1e-6)
+
+
+@pytest.mark.parametrize("per_call_s, times", [(0.1e-3, 10), (0.01e-3, choice.MAX_REPEATS), (2e-3, 1)])
+def test_repeats_make_a_millisecond_of_work(per_call_s, times, monkeypatch):
+    """Repeats make REPEAT_S of work for the fastest candidate, the same for every candidate, at most
+    MAX_REPEATS; a layer of REPEAT_S or more runs once per call."""
+    estimates = iter([(3 * per_call_s, 1), (per_call_s, 1)])  # XLA's, then WinRS's
+    monkeypatch.setattr(choice, "per_call_estimate", lambda fn: next(estimates))
+    x, dy = jnp.ones(LHS), jnp.ones((*LHS[:3], RHS[3]))
+    calls, length = choice.repeated_calls([lambda x, dy: x * 2, lambda x, dy: dy + 1], x, dy)
+    assert length == times and len(calls) == 2
+    np.testing.assert_array_equal(calls[0](), x * 2)
+    np.testing.assert_array_equal(calls[1](), dy + 1)

@@ -28,6 +28,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import statistics
 import tempfile
@@ -216,11 +217,12 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
     return statistics.median(samples)
 
 
-def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list[float]:
+def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4, repeats: int = 1) -> list[float]:
     """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
     turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
     WinRS that ran at 0.62x). A WinRS warm call (per_call_estimate) over three times XLA's is its answer: more
-    samples of a clear loser only delay the trace."""
+    samples of a clear loser only delay the trace. `repeats`: the filter gradients per call (repeated_calls), for the
+    debug log of samples, which gives ms per filter gradient."""
     estimates: list[tuple[float, int]] = []
     for fn in fns:
         fn().block_until_ready()  # the first call may load the module
@@ -246,10 +248,10 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4) -> list
         result[i] = statistics.median(samples[i])
     if _LOG.isEnabledFor(logging.DEBUG):  # the bench records them beside its own timings
         _LOG.debug(
-            "auto's samples, ms per call: %s",
+            "auto's samples, ms per filter gradient: %s",
             "; ".join(
-                f"{'XLA' if i == 0 else f'WinRS {i}'} ({calls[i]} calls each): "
-                + " ".join(f"{v:.4f}" for v in samples[i])
+                f"{'XLA' if i == 0 else f'WinRS {i}'} ({calls[i]} calls of {repeats} each): "
+                + " ".join(f"{v / repeats:.4f}" for v in samples[i])
                 for i in sampled
             ),
         )
@@ -279,6 +281,50 @@ def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
         fn()
     fn().block_until_ready()
     return (time.perf_counter() - start) / calls * 1e3
+
+
+# Called one by one from Python, a program of one short kernel costs the host about as long as the kernel runs, and
+# the host's jitter shows in the times: XLA's 3x3 16:64:128 bf16 filter gradient read 0.052-0.10 ms per call in
+# different processes (0.055-0.069 with the same compiled program and cuDNN algorithm), where eight of them in one
+# program read 0.048 ms each in every process and compile (H100, 2026-11-23, tools/xla_variance.py). In a training
+# step the host runs ahead of such kernels; so each candidate is timed repeated in one program, REPEAT_S of work per
+# call (at most MAX_REPEATS applications).
+REPEAT_S = 1e-3
+MAX_REPEATS = 16
+
+
+def repeated(
+    fn: Callable[[jax.Array, jax.Array], jax.Array],
+) -> Callable[[tuple[jax.Array, ...], tuple[jax.Array, ...]], tuple[jax.Array, ...]]:
+    """fn (x, dy) -> dW applied to each pair of xs and dys in one program, every result returned. Called with the
+    same arrays repeated, it runs fn that many times: XLA cannot merge applications whose operands are distinct
+    parameters (with one x and dy, optimization barriers between the applications did not stop XLA's CPU compiler
+    from merging them into one), and the arrays are passed, not copied."""
+
+    def run(xs: tuple[jax.Array, ...], dys: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        return tuple(fn(x, dy) for x, dy in zip(xs, dys, strict=True))
+
+    return run
+
+
+def repeated_calls(
+    fns: list[Callable[[jax.Array, jax.Array], jax.Array]], x: jax.Array, dy: jax.Array
+) -> tuple[list[Callable[[], jax.Array]], int]:
+    """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`) as many times as make REPEAT_S of work
+    for the fastest (one warm call each, then a burst: per_call_estimate), the same count for all; and that count,
+    which divides their times. A layer of REPEAT_S or more per call runs once per call."""
+    singles = [functools.partial(jax.jit(fn).lower(x, dy).compile(), x, dy) for fn in fns]
+    per_call = []
+    for single in singles:
+        single().block_until_ready()  # the first call may load the module
+        per_call.append(per_call_estimate(single)[0])
+    times = max(1, min(MAX_REPEATS, math.ceil(REPEAT_S / min(per_call))))
+    if times == 1:
+        return singles, 1
+    xs, dys = (x,) * times, (dy,) * times
+    compiled = [jax.jit(repeated(fn)).lower(xs, dys).compile() for fn in fns]
+    # The last result is ready when the program is: waiting on it waits for all.
+    return [lambda c=c: c(xs, dys)[-1] for c in compiled], times
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -319,16 +365,15 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
         return _filter_grad(lambda x, w: bind_conv(x, w, spec, options), layer)
 
     candidates = (plan, *alternatives)
-    xla_compiled = jax.jit(_filter_grad(lax_conv, layer)).lower(x, dy).compile()
+    xla_fn = _filter_grad(lax_conv, layer)
     try:
-        fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
-        compiled = [jax.jit(fn).lower(x, dy).compile() for fn in fns]
-        xla_ms, *winrs_ms = _time_all(
-            [lambda: xla_compiled(x, dy), *[functools.partial(c, x, dy) for c in compiled]]
-        )
+        fns = [xla_fn, winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
+        calls, times = repeated_calls(fns, x, dy)
+        xla_ms, *winrs_ms = (ms / times for ms in _time_all(calls, repeats=times))
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
+        xla_compiled = jax.jit(xla_fn).lower(x, dy).compile()
         xla_ms, winrs_ms = _time_ms(lambda: xla_compiled(x, dy)), [float("inf")]
     best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
     path = candidates[best].path if alternatives else ""
@@ -371,6 +416,7 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             depth_pads=plan.depth_pads, depth_stride=plan.depth_stride, depth_dilation=plan.depth_dilation,
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
             batch_groups=plan.batch_groups, method=plan.method,
+            timing="repeated",  # decisions timed call by call (before repeated_calls) are measured again
         ),
         sort_keys=True,
     )  # fmt: skip
