@@ -2,10 +2,10 @@
 
 The cost model cannot know XLA's (cuDNN's) time, so in the default mode "auto" the first trace of a layer times
 both filter gradients as the caller runs them (its layout, strides, groups and dtypes, so that WinRS's layout
-transposes and casts count) on random data of the layer's shapes, on the default device, outside the trace being
-built (WinRS also on the other arithmetic paths of equal accuracy that the cost model finds close:
-planner.path_alternatives), and remembers the fastest: in memory, and on disk so later processes skip the
-measurement (the habit of cudnn.benchmark and of XLA's autotuner). Modes:
+transposes and casts count; a short layer repeated in one program: repeated_calls) on random data of the layer's
+shapes, on the default device, outside the trace being built (WinRS also on the other arithmetic paths of equal
+accuracy that the cost model finds close: planner.path_alternatives), and remembers the fastest: in memory, and
+on disk so later processes skip the measurement (the habit of cudnn.benchmark and of XLA's autotuner). Modes:
 
 - "auto": measured choice (the default);
 - "winrs": WinRS wherever the planner supports the layer (tests force this);
