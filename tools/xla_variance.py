@@ -1,6 +1,8 @@
-"""Why auto's XLA time and the bench's differ on small layers (issue 8): for a few layers, compiles XLA's filter
-gradient several times and prints each compile's cuDNN algorithm (from the optimized HLO) and its time on the
-bench's random inputs and on auto's hashed ones. Run on a GPU machine: python tools/xla_variance.py."""
+"""Why auto's XLA time and the bench's differed on small layers (issue 8): for a few layers, compiles XLA's and
+WinRS's filter gradients twice each and prints each compile's time called one by one from Python and eight in
+one program (their sum, so that none is dropped), and XLA's cuDNN algorithm (from the optimized HLO). On a GPU
+machine: `python tools/xla_variance.py [f16] [torch]` (torch: run PyTorch's cuDNN first, as the bench does).
+Its output on an H100: docs/xla-variance-h100.txt."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import winrs_jax
 from winrs_jax import choice
 
 LAYERS = [(16, 64, 128, 128), (16, 128, 64, 64), (128, 14, 256, 256), (128, 56, 64, 64)]  # N, H=W, Cin, Cout
@@ -61,7 +64,6 @@ def main() -> None:
             torch.ops.aten.convolution_backward(a, a, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
                                                 [False, False, True])  # fmt: skip
         torch.cuda.synchronize()
-    import winrs_jax
 
     rng = np.random.default_rng(0)
     for n, hw, cin, cout in LAYERS:

@@ -217,12 +217,14 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
     return statistics.median(samples)
 
 
-def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4, repeats: int = 1) -> list[float]:
+def _time_all(
+    fns: list[Callable[[], jax.Array]], budget_s: float = 0.4, gradients_per_call: int = 1
+) -> list[float]:
     """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
     turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
     WinRS that ran at 0.62x). A WinRS warm call (per_call_estimate) over three times XLA's is its answer: more
-    samples of a clear loser only delay the trace. `repeats`: the filter gradients per call (repeated_calls), for the
-    debug log of samples, which gives ms per filter gradient."""
+    samples of a clear loser only delay the trace. `gradients_per_call` (repeated_calls) divides the samples in the
+    debug log, which gives ms per filter gradient."""
     estimates: list[tuple[float, int]] = []
     for fn in fns:
         fn().block_until_ready()  # the first call may load the module
@@ -250,8 +252,8 @@ def _time_all(fns: list[Callable[[], jax.Array]], budget_s: float = 0.4, repeats
         _LOG.debug(
             "auto's samples, ms per filter gradient: %s",
             "; ".join(
-                f"{'XLA' if i == 0 else f'WinRS {i}'} ({calls[i]} calls of {repeats} each): "
-                + " ".join(f"{v / repeats:.4f}" for v in samples[i])
+                f"{'XLA' if i == 0 else f'WinRS {i}'} ({calls[i]} calls of {gradients_per_call} each): "
+                + " ".join(f"{v / gradients_per_call:.4f}" for v in samples[i])
                 for i in sampled
             ),
         )
@@ -372,7 +374,7 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     try:
         fns = [xla_fn, winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
         calls, times = repeated_calls(fns, x, dy)
-        xla_ms, *winrs_ms = (ms / times for ms in _time_all(calls, repeats=times))
+        xla_ms, *winrs_ms = (ms / times for ms in _time_all(calls, gradients_per_call=times))
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
