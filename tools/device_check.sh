@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -98,6 +98,19 @@ for stage in "$@"; do
           python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/ncu-${layer//:/-}.txt" 2>&1
         grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
           "$OUT/ncu-${layer//:/-}.txt" | head -30
+      done ;;
+    breakdown)
+      # Every kernel of one filter gradient, WinRS's and XLA's, with its duration (what the main kernel's share
+      # is, and what the memset, residual columns and dW's cast and transpose add).
+      for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
+        for impl in winrs xla; do
+          echo "-- $layer ${PROFILE_DTYPE:-bf16} $impl"
+          (cd /tmp && ncu --profile-from-start off --metrics gpu__time_duration.sum \
+            python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} $impl --range) \
+            >"$OUT/breakdown-${layer//:/-}-$impl.txt" 2>&1
+          awk '/^  [A-Za-z_].*\(/ { name = substr($0, 3, 100) } /gpu__time_duration/ { print $NF, $(NF-1), name }' \
+            "$OUT/breakdown-${layer//:/-}-$impl.txt"
+        done
       done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -1,7 +1,10 @@
-"""Run the WinRS filter gradient of one layer a few times, for Nsight Compute.
+"""Run one layer's filter gradient a few times, for Nsight Compute.
 
 ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 python tools/profile_layer.py 32:56:256:3 bf16
-(dtype: f32_highest, f32_default, bf16 or f16; default bf16)
+(dtype: f32_highest, f32_default, bf16 or f16; default bf16). A third argument picks what runs: "winrs" (the
+default) or "xla" (lax's filter gradient); with "--range" after it, the warm-up calls run outside a profiler
+range and the last call inside it (cudaProfilerStart/Stop, through PyTorch), for `ncu --profile-from-start off`:
+every kernel of one filter gradient, and none of XLA's autotuning.
 """
 
 import sys
@@ -9,6 +12,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 import winrs_jax
 from winrs_jax.bench.suite import DN, DTYPES, Shape
@@ -17,6 +21,7 @@ from winrs_jax.bench.suite import DN, DTYPES, Shape
 def main() -> None:
     shape = Shape.parse(sys.argv[1])
     dtype, precision = DTYPES[sys.argv[2] if len(sys.argv) > 2 else "bf16"]
+    impl = sys.argv[3] if len(sys.argv) > 3 else "winrs"
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((shape.n, *shape.spatial, shape.cin), dtype=np.float32), dtype)
     dy = jnp.asarray(rng.random((shape.n, *shape.out_spatial, shape.cout), dtype=np.float32), dtype)
@@ -24,10 +29,23 @@ def main() -> None:
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
-    fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
-    print(winrs_jax.plan(x, w, **kwargs, options=options))
+    if impl == "xla":
+        zeros = jnp.zeros(w.shape, dtype)
+        fn = jax.jit(
+            lambda x, dy: jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
+        )
+    else:
+        fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
+        print(winrs_jax.plan(x, w, **kwargs, options=options))
     for _ in range(3):
         fn(x, dy).block_until_ready()
+    if "--range" in sys.argv:
+        import torch  # its profiler calls reach the CUDA context that JAX shares
+
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        fn(x, dy).block_until_ready()
+        torch.cuda.profiler.stop()
 
 
 if __name__ == "__main__":
