@@ -118,6 +118,8 @@ def test_corrupt_or_foreign_cache_file_is_ignored_with_a_warning(auto, tmp_path)
     for content in (
         "{not json",
         json.dumps({"format": choice._FORMAT, "key": "another layer", "winrs": True}),
+        "[1, 2]",  # JSON, but not an object
+        "null",
     ):
         path.write_text(content)
         choice.DECISIONS.clear_memory()
@@ -125,7 +127,7 @@ def test_corrupt_or_foreign_cache_file_is_ignored_with_a_warning(auto, tmp_path)
         with pytest.warns(RuntimeWarning, match="ignoring the unreadable cache file"):
             _grad_hlo()
         json.loads(path.read_text())  # measured again and rewritten whole
-    assert len(auto) == 3
+    assert len(auto) == 5
 
 
 def test_unwritable_cache_directory_keeps_the_decision_in_memory(auto, monkeypatch, tmp_path):

@@ -23,7 +23,11 @@ def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **
     "call, error, message",
     [
         (lambda: _conv((2, 8, 8, 4), (3, 3, 5, 4)), ValueError, r"input channels \(4\) must equal rhs input"),
-        (lambda: _conv((2, 8, 8, 4), (3, 3, 4)), ValueError, "same rank"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4)), TypeError, "same rank"),  # lax's error types and checks
+        (lambda: _conv((4, 8, 8, 4), (3, 3, 2, 6), feature_group_count=2, batch_group_count=2), ValueError,
+         "At most one of batch_group_count and feature_group_count"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 6), dimension_numbers=None), ValueError,
+         "NCHW input and OIHW filter"),
         (lambda: _conv((8, 4), (3, 4)), ValueError, "rank >= 3"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((1, 1),)), ValueError, "2 .low, high. pairs"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding="FULL"), ValueError, "FULL"),
@@ -37,7 +41,8 @@ def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), lhs_dilation=(2, 2)), ValueError, "transposed convolution"),
     ],
     ids=[
-        "channels", "rank-mismatch", "rank-too-small", "padding-length", "padding-name", "strides-length",
+        "channels", "rank-mismatch", "both-group-counts", "default-layout", "rank-too-small", "padding-length",
+        "padding-name", "strides-length",
         "zero-stride", "mixed-dtypes", "bad-dimension-numbers", "float-strides", "float-padding",
         "string-padding-transposed",
     ],

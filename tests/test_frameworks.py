@@ -134,3 +134,29 @@ def test_export_round_trip_of_a_training_step(rng):
     ref_w, ref_loss = step(w, x)
     _close(new_w, ref_w)
     _close(loss, ref_loss)
+
+
+@pytest.mark.parametrize("mode", ["model", "winrs"])
+def test_export_with_a_symbolic_batch_falls_back_to_xla(rng, mode):
+    """A symbolic batch size (jax.export's shape polymorphism) cannot be planned: the gradient exports with XLA's
+    filter gradient, as lax's does, and the exported call matches lax on a concrete batch."""
+    dn = ("NHWC", "HWIO", "NHWC")
+    w = jnp.asarray(rng.standard_normal((3, 3, 3, 4)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((5, 8, 8, 3)), jnp.float32)
+    (b,) = jax.export.symbolic_shape("b")
+
+    def grads(conv):
+        return jax.jit(
+            jax.grad(lambda x, w: jnp.sum(conv(x, w, (1, 1), "SAME", dimension_numbers=dn) ** 2), (0, 1))
+        )
+
+    with winrs_jax.mode(mode):
+        exported = jax.export.export(
+            grads(winrs_jax.conv), disabled_checks=winrs_jax.export_disabled_checks()
+        )(jax.ShapeDtypeStruct((b, 8, 8, 3), jnp.float32), w)
+        plan = winrs_jax.plan(jax.ShapeDtypeStruct((b, 8, 8, 3), jnp.float32), w, (1, 1), "SAME",
+                              dimension_numbers=dn)  # fmt: skip
+    assert "winrs_backward_filter" not in exported.mlir_module()
+    assert not plan.supported and "symbolic sizes (b)" in plan.reason
+    for ours, theirs in zip(exported.call(x, w), grads(jax.lax.conv_general_dilated)(x, w), strict=True):
+        _close(ours, theirs)

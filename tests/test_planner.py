@@ -227,9 +227,18 @@ def test_float32_highest_keeps_each_segments_sum_short():
     assert default.segments < 32  # no such floor where XLA itself rounds the operands to TF32
 
 
-@pytest.mark.parametrize("options, message", [(dict(deterministic=False, buckets=2), "give one of them"),
-                                              (dict(deterministic=1), "True, False or None")])  # fmt: skip
-def test_deterministic_option_is_checked(options, message):
+@pytest.mark.parametrize("options, message", [
+    (dict(deterministic=False, buckets=2), "give one of them"),
+    (dict(deterministic=1), "True, False or None"),
+    # checked when the options are made, not when a gradient is first traced (or never, where a forced kernel
+    # out of range quietly left the layer to XLA)
+    (dict(mode="fast"), "mode must be one of"),
+    (dict(path="fp64"), "path must be one of"),
+    (dict(kernels=(99, 99)), "two indices into winrs_jax.variants"),
+    (dict(kernels="Omega_4(3, 2)"), "two indices into winrs_jax.variants"),
+    (dict(kernels=(1,)), "two indices"),
+])  # fmt: skip
+def test_options_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
         PlannerOptions(**options)
 
@@ -273,6 +282,20 @@ def test_sm_count_changes_the_plan():
     few = _plan(32, 56, 56, 256, 256, 3, 3, dtype=jnp.bfloat16, sm_count=8)
     many = _plan(32, 56, 56, 256, 256, 3, 3, dtype=jnp.bfloat16, sm_count=132)
     assert few.segments < many.segments
+
+
+def test_the_printout_says_which_gpu_the_segments_are_counted_for():
+    """Without a GPU the plan is made for an H100's SM count and the CPU runs its segments: the printout says so,
+    and `runs_winrs` says what computes the gradient without parsing `choice`."""
+    h100 = _plan(32, 56, 56, 256, 256, 3, 3, dtype=jnp.bfloat16, mode="winrs")
+    few = _plan(32, 56, 56, 256, 256, 3, 3, dtype=jnp.bfloat16, sm_count=8, mode="xla")
+    if jax.default_backend() == "cpu":
+        assert "for 132 SMs, an H100's: no GPU here, the CPU runs the same segments" in str(h100)
+        assert "for 8 SMs: no GPU here" in str(few)
+    else:
+        assert "no GPU here" not in str(h100)
+    assert h100.runs_winrs and h100.choice.startswith("WinRS")
+    assert not few.runs_winrs and few.choice.startswith("XLA")
 
 
 def test_forced_kernels():

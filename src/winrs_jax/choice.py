@@ -45,9 +45,8 @@ import numpy as np
 from jax import lax
 
 from winrs_jax.geometry import ConvSpec
-from winrs_jax.planner import Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
+from winrs_jax.planner import MODES, Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
 
-MODES = ("auto", "winrs", "xla", "model")
 _LOG = logging.getLogger("winrs_jax")
 _MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("winrs_jax_mode", default=None)
 _FORMAT = 3  # version of the cache files' content (2: the path WinRS measured fastest on; 3: in the caller's layout)
@@ -141,7 +140,7 @@ class DecisionCache:
             return None
         try:
             data = json.loads(text)
-            if data.get("format") != _FORMAT or data.get("key") != key:
+            if not isinstance(data, dict) or data.get("format") != _FORMAT or data.get("key") != key:
                 raise ValueError("written for another key or format")
             decision = Decision(bool(data["winrs"]), float(data["winrs_ms"]), float(data["xla_ms"]), "cache",
                                 str(data["path"]))  # fmt: skip

@@ -133,4 +133,4 @@ def plan(
     if chosen is not options:  # an alternative path measured faster
         plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, chosen)
     text = decision.describe() if decision else ("WinRS" if winrs else "XLA") + f" (mode {mode})"
-    return dataclasses.replace(plan, mode=mode, choice=text)
+    return dataclasses.replace(plan, mode=mode, choice=text, runs_winrs=winrs)

@@ -100,8 +100,8 @@ def make_spec(
     """
     xla_only: list[str] = []
     lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
-    if len(lhs_shape) != len(rhs_shape):
-        raise ValueError(
+    if len(lhs_shape) != len(rhs_shape):  # a TypeError, as lax's
+        raise TypeError(
             f"lhs and rhs must have the same rank, got lhs rank {len(lhs_shape)} {lhs_shape} and "
             f"rhs rank {len(rhs_shape)} {rhs_shape}"
         )
@@ -119,6 +119,13 @@ def make_spec(
     rhs_dil = _int_tuple("rhs_dilation", rhs_dilation, rank, 1)
     if feature_group_count < 1 or batch_group_count < 1:
         raise ValueError("feature_group_count and batch_group_count must be >= 1")
+    if (
+        feature_group_count > 1 and batch_group_count > 1
+    ):  # lax's check and message, before the channel counts
+        raise ValueError(
+            "At most one of batch_group_count and feature_group_count may be > 1, got "
+            f"batch_group_count={batch_group_count} and feature_group_count={feature_group_count}"
+        )
 
     for name, shape in (("lhs", lhs_shape), ("rhs", rhs_shape)):
         if any(d == 0 for d in shape):
@@ -127,9 +134,14 @@ def make_spec(
     in_features = lhs_shape[dn.lhs_spec[1]]
     filter_in, filter_out = rhs_shape[dn.rhs_spec[1]], rhs_shape[dn.rhs_spec[0]]
     if in_features != filter_in * feature_group_count:
+        layout = (
+            "dimension_numbers=None: lax's default, NCHW input and OIHW filter"
+            if dimension_numbers is None
+            else f"dimension_numbers={dimension_numbers!r}"
+        )
         raise ValueError(
             f"input channels ({in_features}) must equal rhs input channels ({filter_in}) x feature_group_count "
-            f"({feature_group_count})"
+            f"({feature_group_count}); lhs {lhs_shape}, rhs {rhs_shape} read with {layout}"
         )
     if filter_out % (feature_group_count * batch_group_count) != 0:
         raise ValueError(
@@ -158,7 +170,7 @@ def make_spec(
             pads = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
         except (TypeError, ValueError) as e:
             raise ValueError(
-                f"padding must be 'SAME', 'VALID' or a sequence of (low, high) pairs, got {padding!r}"
+                f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence of (low, high) pairs, got {padding!r}"
             ) from e
         if len(pads) != rank:
             raise ValueError(f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}")

@@ -27,6 +27,7 @@ REFERENCE_SM_COUNT = 132
 
 # The arithmetic paths of cpp/winrs/paths.h, by index, and what they mean in plain words.
 PATHS = tuple(p["name"] for p in _winrs.paths())
+MODES = ("auto", "winrs", "xla", "model")  # what computes filter gradients (winrs_jax.choice)
 # The largest errors (MARE, signed error) a kernel may have when XLA would use the given arithmetic
 # (cpp/winrs/plan.cc).
 ACCURACY_BUDGET: dict[str, tuple[float, float]] = {p["name"]: p["accuracy_budget"] for p in _winrs.paths()}
@@ -135,7 +136,19 @@ class PlannerOptions:
         if self.buckets is not None:  # buckets are the deterministic sum
             object.__setattr__(self, "deterministic", True)
         if self.kernels is not None:  # hashable, whatever sequence was given
-            object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
+            count = len(_winrs.variants())
+            try:
+                kernels = tuple(operator.index(k) for k in self.kernels)
+            except TypeError:
+                kernels = ()
+            if len(kernels) != 2 or not all(0 <= k < count for k in kernels):
+                raise ValueError(f"PlannerOptions.kernels must be two indices into winrs_jax.variants() (0 to "
+                                 f"{count - 1}), got {self.kernels!r}")  # fmt: skip
+            object.__setattr__(self, "kernels", kernels)
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"PlannerOptions.mode must be one of {MODES} or None, got {self.mode!r}")
+        if self.path is not None and self.path not in PATHS:
+            raise ValueError(f"PlannerOptions.path must be one of {PATHS} or None, got {self.path!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +225,7 @@ class Plan:
     splits: int = 0
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
+    runs_winrs: bool = False  # whether WinRS computes it (winrs_jax.plan sets it with `choice`)
 
     @property
     def kernels(self) -> tuple[Variant, ...]:
@@ -310,8 +324,8 @@ class Plan:
             + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else "")
             + self._tile_text(),
             f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
-            f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs), segment "
-            f"{self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
+            f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs{_no_gpu_note(self.sm_count)}), "
+            f"segment {self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
             "  workspace  0 bytes: the segments add into dW (float32) as they finish, on the GPU by atomic adds in "
             "no fixed order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed "
             "order)"
@@ -412,6 +426,15 @@ class Plan:
             f"the undilated filter; their dW summed",
             f"  kernels    {names}, Z={piece.segments}, {piece.path}, workspace {self.workspace_bytes} B",
         ])  # fmt: skip
+
+
+def _no_gpu_note(sm_count: int) -> str:
+    """Said where segments are counted for a GPU that is not there: the CPU executor runs the same plan."""
+    if jax.default_backend() != "cpu":
+        return ""
+    return (
+        ", an H100's" if sm_count == REFERENCE_SM_COUNT else ""
+    ) + ": no GPU here, the CPU runs the same segments"
 
 
 def default_sm_count() -> int:
@@ -544,6 +567,10 @@ def make_plan(
     options = options or PlannerOptions()
     if spec.xla_only:
         return Plan(supported=False, reason=spec.xla_only)
+    symbolic = [d for d in (*lhs_shape, *rhs_shape) if not isinstance(d, int | np.integer)]
+    if symbolic:  # jax.export with shape polymorphism: the plan needs every size
+        return Plan(supported=False, reason=f"symbolic sizes ({', '.join(map(str, symbolic))}): WinRS plans from "
+                                            "concrete shapes")  # fmt: skip
     paths, reference, reason = resolve_paths(dtype, spec.precision, options)
     groups = spec.feature_group_count
     rank = len(lhs_shape) - 2
