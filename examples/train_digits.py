@@ -2,9 +2,10 @@
 
 Both runs start from the same parameters and see the same batches; the printed losses should agree to float32
 rounding. The plans printed first say which computes each layer's filter gradient, WinRS or XLA: by default
-the faster of the two, measured once per layer (WINRS_JAX_MODE=winrs forces WinRS).
+the faster of the two, measured once per layer (`--mode winrs` or WINRS_JAX_MODE=winrs forces WinRS; on a
+CPU, XLA's filter gradient is usually the faster, so the default runs few layers or none on WinRS there).
 
-    python examples/train_digits.py [--epochs 8]
+    python examples/train_digits.py [--epochs 8] [--mode auto|winrs|xla|model]
 """
 
 from __future__ import annotations
@@ -84,7 +85,20 @@ def main() -> None:
     )
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--mode",
+        choices=("auto", "winrs", "xla", "model"),
+        help="what computes winrs_jax.conv's filter gradients (default: $WINRS_JAX_MODE or auto)",
+    )
     args = parser.parse_args()
+    if args.mode:
+        with winrs_jax.mode(args.mode):
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
 
     digits = load_digits()
     images = (digits.images / 16.0).astype(np.float32)[..., None]  # N x 8 x 8 x 1
@@ -94,10 +108,17 @@ def main() -> None:
 
     print(f"jax {jax.__version__} on {jax.default_backend()}; {split} training images 8x8")
     x = jax.ShapeDtypeStruct((args.batch, 8, 8, 1), jnp.float32)
+    on_winrs = 0
     for size, cin, cout in LAYERS:
         x = jax.ShapeDtypeStruct((args.batch, 8, 8, cin), jnp.float32)
-        print(winrs_jax.plan(x, jax.ShapeDtypeStruct((size, size, cin, cout), jnp.float32), (1, 1), "SAME",
-                             dimension_numbers=DN))  # fmt: skip
+        plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((size, size, cin, cout), jnp.float32), (1, 1), "SAME",
+                              dimension_numbers=DN)  # fmt: skip
+        print(plan)
+        on_winrs += plan.runs_winrs
+    others = len(LAYERS) - on_winrs
+    hint = "" if on_winrs else " (--mode winrs runs them on WinRS)"
+    print(f"WinRS computes the filter gradient of {on_winrs} of {len(LAYERS)} layers"
+          + (f", XLA of {others}" if others else "") + hint)  # fmt: skip
 
     params = init_params(jax.random.key(0))
     results = {}

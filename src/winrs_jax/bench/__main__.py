@@ -99,7 +99,8 @@ def _plot(results: list[tuple[str, Result]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m winrs_jax.bench", description=__doc__)
     parser.add_argument("--suite", action="append", choices=[*SUITES, "none"],
-                        help="built-in layers, repeatable (default: paper and real on a GPU, else small)")  # fmt: skip
+                        help="built-in layers, repeatable (default, without --shape: paper and real on a GPU, else "
+                        "small)")  # fmt: skip
     parser.add_argument("--shape", action="append", default=[],
                         help="extra layer N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW, "
                         "then optionally :gG (groups) :sS (stride) :dD (dilation)")  # fmt: skip
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     # A fresh decision cache: the "auto" column and the first-choice times are this run's own measurements.
     os.environ["WINRS_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="winrs-jax-bench-")
 
-    suites = args.suite or (["paper", "real"] if jax.default_backend() == "gpu" else ["small"])
+    default = ["paper", "real"] if jax.default_backend() == "gpu" else ["small"]
+    suites = args.suite or ([] if args.shape else default)  # --shape alone runs just those layers
     cases = [(s, shape) for s in suites if s != "none" for shape in SUITES[s]]
     cases += [("shape", Shape.parse(s)) for s in args.shape]
     dtypes = args.dtype or list(DTYPES)
@@ -128,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         sink.write(json.dumps({"device": device.device_kind, "jax": jax.__version__}) + "\n")
     results = []
     total = len(cases) * len(dtypes)
+    progress = sys.stderr.isatty()
     for i, ((suite, shape), dtype) in enumerate((c, d) for c in cases for d in dtypes):
-        print(f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True)
+        if progress:  # on a terminal only: in a log, the carriage returns ran it into the rows
+            print(
+                f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True
+            )
         deterministic = None if args.deterministic is None else args.deterministic == "true"
         result = measure(shape, dtype, args.repeats, args.calls, deterministic)
         results.append((suite, result))
@@ -137,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if sink:
             sink.write(json.dumps({"suite": suite, **result.as_json()}) + "\n")
             sink.flush()
-    print(file=sys.stderr)
+    if progress:
+        print(file=sys.stderr)
     print(_summary(results))
     if sink:
         sink.close()

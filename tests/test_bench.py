@@ -1,0 +1,20 @@
+"""python -m winrs_jax.bench: what it runs and writes (on the CPU: XLA's and WinRS's columns, no PyTorch)."""
+
+import json
+
+from winrs_jax.bench.__main__ import main
+
+
+def test_shapes_alone_run_just_those_layers(tmp_path, capsys, monkeypatch):
+    """--shape without --suite measures the given layers only (the default suite ran too, and on a CPU it is
+    minutes of layers the user did not ask for); rows go to stdout whole, without the terminal's progress."""
+    out = tmp_path / "rows.jsonl"
+    monkeypatch.setenv(
+        "WINRS_JAX_CACHE_DIR", str(tmp_path)
+    )  # the bench points it at a fresh directory: restored
+    main(["--shape", "2:8:4:3", "--dtype", "f32_highest", "--repeats", "1", "--json", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()][1:]  # after the device line
+    assert [(r["suite"], r["layer"], r["dtype"]) for r in rows] == [("shape", "3x3 2:8:4", "f32_highest")]
+    assert rows[0]["xla_ms"] > 0 and rows[0]["winrs_ms"] > 0
+    printed = capsys.readouterr()
+    assert "\r" not in printed.err and "shape  3x3 2:8:4" in printed.out
