@@ -60,7 +60,9 @@ def _check_mode(mode: str) -> str:
 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
-    """Within the block, layers traced without PlannerOptions(mode=...) use this mode."""
+    """Within the block, layers traced without PlannerOptions(mode=...) use this mode. It is read at trace time:
+    a function jitted and run before the block keeps what it compiled (unlike jax's own config contexts, which
+    are part of jit's cache key); jit it anew, or call jax.clear_caches()."""
     token = _MODE.set(_check_mode(name))
     try:
         yield
