@@ -70,16 +70,16 @@ def conv_backward_filter(
     feature_group_count: int = 1,
     batch_group_count: int = 1,
     precision: Any = None,
-    rhs_dtype: Any = None,
     options: PlannerOptions | None = None,
 ) -> jax.Array:
-    """The filter gradient alone: d(sum(out_grad * conv(lhs, rhs, ...))) / d rhs, with rhs of shape rhs_shape.
+    """The filter gradient alone: d(sum(out_grad * conv(lhs, rhs, ...))) / d rhs, with rhs of shape rhs_shape and
+    lhs's dtype (lax's convolution takes one dtype for both), returned in that dtype.
 
-    Arguments mean what they mean in conv / lax.conv_general_dilated; rhs_dtype defaults to lhs.dtype.
+    Arguments mean what they mean in conv / lax.conv_general_dilated.
     """
     lhs, out_grad = jnp.asarray(lhs), jnp.asarray(out_grad)
     rhs_shape = tuple(int(d) for d in rhs_shape)
-    rhs_dtype = lhs.dtype if rhs_dtype is None else rhs_dtype
+    rhs_dtype = lhs.dtype
     rank = len(rhs_shape) - 2
     spec = make_spec(
         lhs.shape, rhs_shape, lhs.dtype, rhs_dtype, window_strides or (1,) * max(rank, 0), padding, lhs_dilation,

@@ -108,7 +108,9 @@ def make_spec(
     if len(lhs_shape) < 3:
         raise ValueError(f"convolution operands need rank >= 3 (batch, feature, spatial...), got {lhs_shape}")
     if np.dtype(lhs_dtype) != np.dtype(rhs_dtype):
-        raise TypeError(f"lhs and rhs must have the same dtype, got {lhs_dtype} and {rhs_dtype}")
+        raise TypeError(
+            f"lhs and rhs must have the same dtype, got {np.dtype(lhs_dtype).name} and {np.dtype(rhs_dtype).name}"
+        )
     if not jnp.issubdtype(lhs_dtype, jnp.floating):
         xla_only.append(f"dtype {np.dtype(lhs_dtype).name} is not a floating type")
 
