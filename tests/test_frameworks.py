@@ -160,3 +160,56 @@ def test_export_with_a_symbolic_batch_falls_back_to_xla(rng, mode):
     assert not plan.supported and "symbolic sizes (b)" in plan.reason
     for ours, theirs in zip(exported.call(x, w), grads(jax.lax.conv_general_dilated)(x, w), strict=True):
         _close(ours, theirs)
+
+
+@pytest.mark.parametrize("name, shape, kernel", [("Conv1D", (2, 13, 3), 3), ("Conv3D", (2, 5, 6, 7, 3), (3, 3, 2)),
+                                                 ("ConvND", (2, 9, 3), 5)])  # fmt: skip
+def test_haiku_conv_of_every_rank(rng, name, shape, kernel):
+    hk = pytest.importorskip("haiku")
+    import winrs_jax.haiku
+
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    extra = dict(num_spatial_dims=len(shape) - 2) if name == "ConvND" else {}
+
+    def net(module_cls, x):
+        return module_cls(output_channels=4, kernel_shape=kernel, padding="SAME", name="conv", **extra)(x)
+
+    theirs = hk.without_apply_rng(hk.transform(functools.partial(net, getattr(hk, name))))
+    ours = hk.without_apply_rng(hk.transform(functools.partial(net, getattr(winrs_jax.haiku, name))))
+    params = theirs.init(jax.random.key(0), x)
+    _close(ours.apply(params, x), theirs.apply(params, x))
+
+    def loss(model, p):
+        return jnp.sum(jnp.tanh(model.apply(p, x)))
+
+    _trees_close(
+        jax.grad(functools.partial(loss, ours))(params), jax.grad(functools.partial(loss, theirs))(params)
+    )
+    assert _has_winrs(jax.grad(functools.partial(loss, ours)), params)
+
+
+@pytest.mark.parametrize("name, shape, kernel", [("Conv1d", (3, 3, 14), 3), ("Conv3d", (3, 3, 5, 6, 7), 3),
+                                                 ("Conv", (3, 3, 11), 5)])  # fmt: skip
+def test_equinox_conv_of_every_rank(rng, name, shape, kernel):
+    eqx = pytest.importorskip("equinox")
+    import winrs_jax.equinox
+
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)  # N x C x spatial
+    args = ((len(shape) - 2,) if name == "Conv" else ()) + (3, 5)  # Conv's first: num_spatial_dims
+    key = jax.random.key(0)
+    theirs = getattr(eqx.nn, name)(*args, kernel_size=kernel, padding="SAME", key=key)
+    ours = getattr(winrs_jax.equinox, name)(*args, kernel_size=kernel, padding="SAME", key=key)
+    _close(jax.vmap(ours)(x), jax.vmap(theirs)(x))
+    _close(ours(x), jax.vmap(theirs)(x))  # a batch directly
+
+    def loss(model):
+        return jnp.sum(jnp.sin(jax.vmap(model)(x)))
+
+    g_ours, g_theirs = eqx.filter_grad(loss)(ours), eqx.filter_grad(loss)(theirs)
+    _close(g_ours.weight, g_theirs.weight)
+    _close(g_ours.bias, g_theirs.bias)
+    params, static = eqx.partition(ours, eqx.is_array)
+    assert (
+        "winrs_backward_filter"
+        in jax.jit(jax.grad(lambda p: loss(eqx.combine(p, static)))).lower(params).as_text()
+    )
