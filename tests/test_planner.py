@@ -309,7 +309,10 @@ def test_forced_kernels():
     "kwargs, reason",
     [
         (dict(fw=1), "filter width 1 has no divisor in 2..9"),
-        (dict(window_strides=(3, 3)), "no stride-1 piece has WinRS kernels"),  # every piece 1x1
+        (
+            dict(window_strides=(3, 3)),
+            "stride-1 pieces of 1x1 taps (one per output phase), and WinRS has no kernels",
+        ),
         (
             dict(rhs_dilation=(2, 2), window_strides=(2, 2)),
             "rhs dilation (2, 2) (dilated filter) with strides",

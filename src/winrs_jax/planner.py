@@ -768,7 +768,10 @@ def _strided_plan(
                 first += width
     runs = [phase.plan for phase in phases if phase.plan.supported]
     if not runs:
-        return Plan(supported=False, reason=f"strides {strides}: no stride-1 piece has WinRS kernels "
+        sizes = sorted({phase.plan.filter_hw for phase in phases})
+        return Plan(supported=False, reason=f"strides {strides}: the {filter_hw[0]}x{filter_hw[1]} filter splits "
+                                            f"into stride-1 pieces of {', '.join(f'{h}x{w}' for h, w in sizes)} "
+                                            f"taps (one per output phase), and WinRS has no kernels for any of them "
                                             f"({phases[0].plan.reason})")  # fmt: skip
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
