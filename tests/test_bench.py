@@ -18,3 +18,20 @@ def test_shapes_alone_run_just_those_layers(tmp_path, capsys, monkeypatch):
     assert rows[0]["xla_ms"] > 0 and rows[0]["winrs_ms"] > 0
     printed = capsys.readouterr()
     assert "\r" not in printed.err and "shape  3x3 2:8:4" in printed.out
+
+
+def test_times_are_per_filter_gradient(tmp_path, monkeypatch):
+    """A timed call of a short layer runs several filter gradients in one program (choice.repeated_calls): the
+    rows give milliseconds per filter gradient."""
+    from winrs_jax import choice
+    from winrs_jax.bench import suite
+
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        choice, "per_call_estimate", lambda fn: (0.25e-3, 1)
+    )  # 4 repeats make choice.REPEAT_S
+    monkeypatch.setattr(suite, "time_ms", lambda fn, repeats, calls: 8.0)  # ms per call of 4
+    out = tmp_path / "rows.jsonl"
+    main(["--shape", "2:8:4:3", "--dtype", "f32_highest", "--repeats", "1", "--json", str(out)])
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert (row["xla_ms"], row["winrs_ms"]) == (2.0, 2.0)

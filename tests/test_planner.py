@@ -237,6 +237,7 @@ def test_float32_highest_keeps_each_segments_sum_short():
     (dict(kernels=(99, 99)), "two indices into winrs_jax.variants"),
     (dict(kernels="Omega_4(3, 2)"), "two indices into winrs_jax.variants"),
     (dict(kernels=(1,)), "two indices"),
+    (dict(kernels=(True, 0)), "two indices"),
 ])  # fmt: skip
 def test_options_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
@@ -311,7 +312,7 @@ def test_forced_kernels():
         (dict(fw=1), "filter width 1 has no divisor in 2..9"),
         (
             dict(window_strides=(3, 3)),
-            "stride-1 pieces of 1x1 taps (one per output phase), and WinRS has no kernels",
+            "stride-1 pieces of 1x1 taps, and WinRS has no kernels",
         ),
         (
             dict(rhs_dilation=(2, 2), window_strides=(2, 2)),

@@ -233,8 +233,8 @@ def _time_all(
     result = [per_call * 1e3 for per_call, _ in estimates]
     sampled = [i for i, (per_call, _) in enumerate(estimates) if i == 0 or per_call <= 3 * estimates[0][0]]
     if len(sampled) == 1:
-        _LOG.debug("auto's burst estimates, ms per call (WinRS over 3x XLA's: not sampled): %s",
-                   " ".join(f"{v:.4f}" for v in result))  # fmt: skip
+        _LOG.debug("auto's burst estimates, ms per filter gradient (WinRS over 3x XLA's: not sampled): %s",
+                   " ".join(f"{v / gradients_per_call:.4f}" for v in result))  # fmt: skip
         return result
     calls = {i: estimates[i][1] for i in sampled}
     samples: dict[int, list[float]] = {i: [] for i in sampled}
@@ -294,6 +294,9 @@ def sample_ms(fn: Callable[[], jax.Array], calls: int) -> float:
 # call (at most MAX_REPEATS applications).
 REPEAT_S = 1e-3
 MAX_REPEATS = 16
+# Every application's dW is an output of the program (a barrier-chained program that returned only the last was
+# cut back to one application), so all are alive at once: at most this many bytes of them.
+MAX_REPEAT_OUTPUT_BYTES = 256 << 20
 
 
 def repeated(
@@ -311,26 +314,38 @@ def repeated(
 
 
 def repeated_calls(
-    fns: list[Callable[[jax.Array, jax.Array], jax.Array]], x: jax.Array, dy: jax.Array
+    fns: list[Callable[[jax.Array, jax.Array], jax.Array]],
+    x: jax.Array,
+    dy: jax.Array,
+    repeats: int | None = None,
 ) -> tuple[list[Callable[[], jax.Array]], int]:
-    """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`) as many times as make REPEAT_S of work
-    for the first (XLA's: one warm call, then a burst, per_call_estimate), the same count for all; and that count,
-    which divides their times. Where the first takes REPEAT_S or more, each runs once per call. (Counted from the
-    first alone, the other candidates compile once: compiling and timing every candidate alone first made the
-    H100's first choices 0.2-0.45 s longer than before repeats, up to 1.25 s.)"""
+    """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`), the same count for all, and that
+    count, which divides their times. The count: `repeats`, else as many as make REPEAT_S of work for the first
+    (XLA's: one warm call, then a burst, per_call_estimate), at most MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of
+    results; where the first takes REPEAT_S or more, 1. (Counted from the first alone, the others compile once:
+    compiling and timing every candidate alone first made the H100's first choices 0.2-0.45 s longer.)"""
 
     def single(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[[], jax.Array]:
         return functools.partial(jax.jit(fn).lower(x, dy).compile(), x, dy)
 
-    first = single(fns[0])
-    first().block_until_ready()  # the first call may load the module
-    times = max(1, min(MAX_REPEATS, math.ceil(REPEAT_S / per_call_estimate(first)[0])))
-    if times == 1:
-        return [first, *map(single, fns[1:])], 1
-    xs, dys = (x,) * times, (dy,) * times
+    if repeats is None:
+        first = single(fns[0])
+        first().block_until_ready()  # the first call may load the module
+        out = jax.eval_shape(fns[0], x, dy)
+        repeats = min(
+            MAX_REPEATS,
+            math.ceil(REPEAT_S / per_call_estimate(first)[0]),
+            MAX_REPEAT_OUTPUT_BYTES // max(1, math.prod(out.shape) * out.dtype.itemsize),
+        )
+        repeats = max(1, repeats)
+        if repeats == 1:
+            return [first, *map(single, fns[1:])], 1
+    if repeats == 1:
+        return list(map(single, fns)), 1
+    xs, dys = (x,) * repeats, (dy,) * repeats
     compiled = [jax.jit(repeated(fn)).lower(xs, dys).compile() for fn in fns]
     # The last result is ready when the program is: waiting on it waits for all.
-    return [lambda c=c: c(xs, dys)[-1] for c in compiled], times
+    return [lambda c=c: c(xs, dys)[-1] for c in compiled], repeats
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -371,16 +386,16 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
         return _filter_grad(lambda x, w: bind_conv(x, w, spec, options), layer)
 
     candidates = (plan, *alternatives)
-    xla_fn = _filter_grad(lax_conv, layer)
+    (xla_call,), repeats = repeated_calls([_filter_grad(lax_conv, layer)], x, dy)  # XLA's failures are lax's
     try:
-        fns = [xla_fn, winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
-        calls, times = repeated_calls(fns, x, dy)
-        xla_ms, *winrs_ms = (ms / times for ms in _time_all(calls, gradients_per_call=times))
+        fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
+        winrs_calls, _ = repeated_calls(fns, x, dy, repeats)
+        times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
+        xla_ms, *winrs_ms = (ms / repeats for ms in times)
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
                       stacklevel=2)  # fmt: skip
-        xla_compiled = jax.jit(xla_fn).lower(x, dy).compile()
-        xla_ms, winrs_ms = _time_ms(lambda: xla_compiled(x, dy)), [float("inf")]
+        xla_ms, winrs_ms = _time_ms(xla_call) / repeats, [float("inf")]
     best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
     path = candidates[best].path if alternatives else ""
     return Decision(winrs_ms[best] < WINRS_MARGIN * xla_ms, winrs_ms[best], xla_ms, "measured", path)

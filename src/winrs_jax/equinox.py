@@ -37,26 +37,30 @@ class Conv(eqx.nn.Conv):
     """equinox.nn.Conv with the same constructor and fields. Like it, it takes one example (C x spatial); under
     jax.vmap the filter gradients of the examples run as one stacked WinRS call. It also accepts a batch."""
 
-    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        del key  # as equinox's: unused
         return _call(self, x)
 
 
 class Conv1d(eqx.nn.Conv1d):
     """equinox.nn.Conv1d with the same constructor and fields (one example, or a batch); WinRS filter gradient."""
 
-    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        del key  # as equinox's: unused
         return _call(self, x)
 
 
 class Conv2d(eqx.nn.Conv2d):
     """equinox.nn.Conv2d with the same constructor and fields (one example, or a batch); WinRS filter gradient."""
 
-    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        del key  # as equinox's: unused
         return _call(self, x)
 
 
 class Conv3d(eqx.nn.Conv3d):
     """equinox.nn.Conv3d with the same constructor and fields (one example, or a batch); WinRS filter gradient."""
 
-    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        del key  # as equinox's: unused
         return _call(self, x)

@@ -136,8 +136,9 @@ def make_spec(
     in_features = lhs_shape[dn.lhs_spec[1]]
     filter_in, filter_out = rhs_shape[dn.rhs_spec[1]], rhs_shape[dn.rhs_spec[0]]
     if in_features != filter_in * feature_group_count:
+        spatial = "DHW"[3 - rank :] if rank <= 3 else f"{rank} spatial axes"
         layout = (
-            "dimension_numbers=None: lax's default, NCHW input and OIHW filter"
+            f"dimension_numbers=None: lax's default, NC{spatial} input and OI{spatial} filter"
             if dimension_numbers is None
             else f"dimension_numbers={dimension_numbers!r}"
         )

@@ -138,7 +138,7 @@ class PlannerOptions:
         if self.kernels is not None:  # hashable, whatever sequence was given
             count = len(_winrs.variants())
             try:
-                kernels = tuple(operator.index(k) for k in self.kernels)
+                kernels = tuple(operator.index(k) for k in self.kernels if not isinstance(k, bool))
             except TypeError:
                 kernels = ()
             if len(kernels) != 2 or not all(0 <= k < count for k in kernels):
@@ -771,7 +771,7 @@ def _strided_plan(
         sizes = sorted({phase.plan.filter_hw for phase in phases})
         return Plan(supported=False, reason=f"strides {strides}: the {filter_hw[0]}x{filter_hw[1]} filter splits "
                                             f"into stride-1 pieces of {', '.join(f'{h}x{w}' for h, w in sizes)} "
-                                            f"taps (one per output phase), and WinRS has no kernels for any of them "
+                                            f"taps, and WinRS has no kernels for any of them "
                                             f"({phases[0].plan.reason})")  # fmt: skip
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,

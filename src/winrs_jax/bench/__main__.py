@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: all four")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=0,
-                        help="calls back to back per repeat (default 0: as many as run about 10 ms)")  # fmt: skip
+                        help="calls back to back per repeat (default 0: as many as run about 10 ms); a call of a "
+                        "short layer is a program of several filter gradients (auto mode's timing)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write one JSON object per result")
     parser.add_argument("--plot", type=Path, help="write a PNG of the speedups")
     parser.add_argument("--deterministic", choices=["true", "false"],

@@ -520,8 +520,11 @@ def measure(
     # Timed as auto times them: repeated in one program, so that the host's dispatch of one short call at a time
     # does not weigh in (choice.repeated_calls).
     fns = _filter_grads(w, kwargs, forced)
-    repeated, per_call = choice.repeated_calls(list(fns.values()), x, dy)
-    times = {name: time_ms(call, repeats, calls) / per_call for name, call in zip(fns, repeated, strict=True)}
+    repeated, gradients_per_call = choice.repeated_calls(list(fns.values()), x, dy)
+    times = {
+        name: time_ms(call, repeats, calls) / gradients_per_call
+        for name, call in zip(fns, repeated, strict=True)
+    }
     expected = np.asarray(compiled["xla"](x, dy).astype(jnp.float32), np.float64)
     actual = np.asarray(compiled["winrs"](x, dy).astype(jnp.float32), np.float64)
     # Auto's own measurement before PyTorch's runs, as in a program without them.
@@ -551,10 +554,13 @@ def measure(
     auto_ms = None
     if auto_winrs and auto.path != plan.path:  # auto measured another path faster: time what it runs
         on_path = dataclasses.replace(forced, path=auto.path)
-        (other,), other_per_call = choice.repeated_calls(
-            [lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=on_path)], x, dy
+        (other,), _ = choice.repeated_calls(
+            [lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=on_path)],
+            x,
+            dy,
+            gradients_per_call,
         )
-        auto_ms = time_ms(other, repeats, calls) / other_per_call
+        auto_ms = time_ms(other, repeats, calls) / gradients_per_call
     return Result(
         shape=shape,
         dtype=dtype_name,
