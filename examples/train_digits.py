@@ -99,7 +99,6 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-
     digits = load_digits()
     images = (digits.images / 16.0).astype(np.float32)[..., None]  # N x 8 x 8 x 1
     labels = digits.target.astype(np.int32)

@@ -121,9 +121,8 @@ def make_spec(
     rhs_dil = _int_tuple("rhs_dilation", rhs_dilation, rank, 1)
     if feature_group_count < 1 or batch_group_count < 1:
         raise ValueError("feature_group_count and batch_group_count must be >= 1")
-    if (
-        feature_group_count > 1 and batch_group_count > 1
-    ):  # lax's check and message, before the channel counts
+    # lax's check and message, before the channel counts
+    if feature_group_count > 1 and batch_group_count > 1:
         raise ValueError(
             "At most one of batch_group_count and feature_group_count may be > 1, got "
             f"batch_group_count={batch_group_count} and feature_group_count={feature_group_count}"

@@ -432,9 +432,8 @@ def _no_gpu_note(sm_count: int) -> str:
     """Said where segments are counted for a GPU that is not there: the CPU executor runs the same plan."""
     if jax.default_backend() != "cpu":
         return ""
-    return (
-        ", an H100's" if sm_count == REFERENCE_SM_COUNT else ""
-    ) + ": no GPU here, the CPU runs the same segments"
+    h100 = ", an H100's" if sm_count == REFERENCE_SM_COUNT else ""
+    return f"{h100}: no GPU here, the CPU runs the same segments"
 
 
 def default_sm_count() -> int:
