@@ -484,3 +484,45 @@ def test_grouped_three_d_in_ncdhw_matches_lax(rng):
     for a, b in zip(_grads(winrs_jax.conv, x, w, **args), _grads(lax.conv_general_dilated, x, w, **args),
                     strict=True):  # fmt: skip
         _assert_close(a, b)
+
+
+def _ffi_operand_producers(text: str) -> list[str]:
+    """The instructions of the entry computation that make the WinRS FFI call's operands."""
+    entry = text[text.index("ENTRY") :]
+    call = next(line for line in entry.splitlines() if 'custom_call_target="winrs_' in line)
+    names = re.search(r"custom-call\(([^)]*)\)", call).group(1).replace(" ", "").split(",")
+    return [
+        next(line for line in entry.splitlines() if line.strip().startswith(f"{name} =")) for name in names
+    ]
+
+
+@pytest.mark.parametrize("groups, rhs_shape", [(1, (3, 16, 8)), (16, (4, 1, 16))], ids=["dense", "depthwise"])
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_1d_operands_reach_the_kernel_without_copies(rng, groups, rhs_shape, ensemble):
+    """A 1D layer's X and dY get a unit height axis for the kernels: the FFI call must take them as they are
+    (bitcasts), not copies of both (what XLA made of the row-major operands it had asked for), also as stacked
+    problems of a vmapped ensemble. (bfloat16: XLA's CPU compiler copied those, not float32 ones.) The filter
+    gradient matches lax's on the same rounded inputs in float32."""
+    out_c = rhs_shape[2]  # WIO: O counts every group's outputs
+    x = jnp.asarray(rng.standard_normal((4, 40, 16)), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal((4, 40, out_c)), jnp.bfloat16)
+    kw = dict(window_strides=(1,), padding="SAME", dimension_numbers=("NWC", "WIO", "NWC"),
+              feature_group_count=groups)  # fmt: skip
+    forced = winrs_jax.PlannerOptions(mode="winrs")
+
+    def ours(x, dy):
+        return winrs_jax.conv_backward_filter(x, dy, rhs_shape, **kw, options=forced)
+
+    def theirs(x, dy):
+        x, dy = x.astype(jnp.float32), dy.astype(jnp.float32)
+        exact = dict(kw, precision=lax.Precision.HIGHEST)
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **exact), jnp.zeros(rhs_shape))[1](dy)[0]
+
+    if ensemble:
+        x, dy = jnp.stack([x, 2 * x]), jnp.stack([dy, -dy])
+        ours, theirs = jax.vmap(ours), jax.vmap(theirs)
+    producers = _ffi_operand_producers(jax.jit(ours).lower(x, dy).compile().as_text())
+    assert all(" parameter(" in line or " bitcast(" in line for line in producers), producers
+    expected = theirs(x, dy)
+    np.testing.assert_allclose(jax.jit(ours)(x, dy).astype(jnp.float32), expected, rtol=2e-2,
+                               atol=1e-2 * float(jnp.abs(expected).max()))  # bfloat16 dW: 8 bits  # fmt: skip

@@ -58,10 +58,13 @@ def backward_filter_call(
     workspace_elems: int,
     attributes: dict[str, int],
     target: str = TARGET,
+    input_layouts: list[tuple[int, ...]] | None = None,
 ) -> jax.Array:
     """dW (stacked + O_C x F_H x F_W x I_C, float32) of planned backward-filter convolutions (WinRS, or the
     direct grouped kernels with target GROUPED_TARGET): X and dY with len(stacked) leading axes of stacked
-    problems, each axis equal to `stacked` or, for an operand shared by all problems, all of size 1."""
+    problems, each axis equal to `stacked` or, for an operand shared by all problems, all of size 1.
+    `input_layouts`: X's and dY's major-to-minor axis orders (default row-major; they differ only in where a unit
+    axis sits, so the handler reads the same bytes)."""
     # Inside shard_map the results vary over the manual axes the operands vary over (check_vma): keep the type
     # of the operand that varies over the most axes, with the result's shape and dtype; under a mesh with
     # explicit axes no result dimension is partitioned (the operands' batch sharding says nothing about dW).
@@ -70,5 +73,6 @@ def backward_filter_call(
         base.update(shape=(*stacked, *filter_ohwi_shape), dtype=jnp.float32, **replicated(base)),
         base.update(shape=(*stacked, workspace_elems), dtype=jnp.float32, **replicated(base)),
     )
-    filter_grad, _workspace = jax.ffi.ffi_call(target, out_types)(x_nhwc, dy_nhwc, **attributes)
+    call = jax.ffi.ffi_call(target, out_types, input_layouts=input_layouts)
+    filter_grad, _workspace = call(x_nhwc, dy_nhwc, **attributes)
     return filter_grad

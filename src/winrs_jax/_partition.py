@@ -39,6 +39,9 @@ class Layer:
     strides: tuple[int, int] = (1, 1)
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
+    # X and dY of a 1D layer, given their unit height axis by a reshape: the FFI call takes them with that axis
+    # most-major, which is their layout already (asked for row-major, XLA copied both operands to add the axis).
+    unit_height_major: bool = False
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
@@ -58,8 +61,9 @@ def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
         target, dw_shape = _ffi.TARGET, plan.filter_shape_ohwi
     if not plan.supported:  # shapes were validated for the whole problem; a shard cannot make them invalid
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
+    layouts = [(s + 1, *range(s + 1), s + 2, s + 3)] * 2 if layer.unit_height_major else None
     return _ffi.backward_filter_call(x, dy, stacked, dw_shape, plan.workspace_elems, plan.ffi_attributes(),
-                                     target)  # fmt: skip
+                                     target, layouts)  # fmt: skip
 
 
 @functools.partial(custom_partitioning, static_argnums=(2,))
@@ -163,7 +167,9 @@ def _full_or_shared(a: jax.Array, stacked: tuple[int, ...]) -> jax.Array:
     return jax.numpy.broadcast_to(a, (*stacked, *a.shape[len(stacked) :]))
 
 
-def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int = 0) -> jax.Array:
+def run_plan(
+    x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int = 0, one_d: bool = False
+) -> jax.Array:
     """dW (... x K x [FD x] FH x FW x C, float32) of a planned layer from X (... x N x [D x] H x W x C) and dY
     (... x N x [OD x] OH x OW x K) in the path's storage type, with `stack` leading axes of stacked problems.
 
@@ -172,12 +178,13 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
     images; dY is shared by the taps, the depth-shifted views of X are copies. A direct grouped plan runs as one
     call on the operands as they are. Another grouped layer runs its groups as stacked problems (X and dY
     regrouped group-major), a layer grouped over the batch as one layer with a block-diagonal dY; a dilated or
-    strided one runs its stride-1 pieces (_dilated, _strided)."""
+    strided one runs its stride-1 pieces (_dilated, _strided). `one_d`: X and dY are a 1D layer's, their unit
+    height axis added by a reshape (Layer.unit_height_major, where they reach the FFI call as they are)."""
     if plan.depth[2]:
         return _depth_taps(x, dy, plan, options, stack)
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
-                                        "direct", plan.strides, plan.dilation, plan.groups))  # fmt: skip
+                                        "direct", plan.strides, plan.dilation, plan.groups, one_d))  # fmt: skip
     if plan.batch_groups > 1:
         # The ungrouped layer on all N images of X with a block-diagonal dY: image g N / B + i gets dY[i]'s K / B
         # channels of group g and zeros elsewhere, so dW's group g sums over exactly its images. B times dY's
@@ -201,12 +208,12 @@ def run_plan(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, s
         x, dy = (_full_or_shared(regroup(a), stacked) for a in (x, dy))
         dw = run_plan(x, dy, dataclasses.replace(plan, groups=1), options, stack + 1)
         return dw.reshape(*dw.shape[:stack], -1, *dw.shape[stack + 2 :])
-    layer = Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack)
     if plan.dilation != (1, 1):
         return _dilated(x, dy, plan, options, stack)
     if plan.phases:
         return _strided(x, dy, plan, options, stack)
-    return filter_grad(x, dy, layer)
+    return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
+                                    unit_height_major=one_d))  # fmt: skip
 
 
 def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:

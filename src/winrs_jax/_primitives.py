@@ -268,9 +268,9 @@ def _winrs_filter_grad(
     lead = tuple(range(stack))
 
     def canonical(a: jax.Array, batch: int, feature: int, spatial: tuple[int, ...]) -> jax.Array:
-        """... x N x [D x] H x W x C; a 1D operand gets a unit height axis."""
+        """... x N x [D x] H x W x C; a 1D operand gets a unit height axis by a reshape (run_plan's one_d)."""
         a = a.transpose((*lead, *(stack + d for d in (batch, *spatial, feature))))
-        return jax.numpy.expand_dims(a, stack + 1) if len(spatial) == 1 else a
+        return lax.reshape(a, (*a.shape[: stack + 1], 1, *a.shape[stack + 1 :])) if len(spatial) == 1 else a
 
     # dY is stored like X (a bfloat16 layer with preferred_element_type=float32 has a float32 dY).
     dw = _partition.run_plan(
@@ -279,6 +279,7 @@ def _winrs_filter_grad(
         plan,
         options or PlannerOptions(),
         stack,
+        one_d=len(dn.lhs_spec) == 3,
     )
     if len(dn.rhs_spec) == 3:  # drop the unit height axis of a 1D filter
         dw = dw.squeeze(stack + 1)
