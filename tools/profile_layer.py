@@ -4,7 +4,9 @@ ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 python tools/prof
 (dtype: f32_highest, f32_default, bf16 or f16; default bf16). A third argument picks what runs: "winrs" (the
 default) or "xla" (lax's filter gradient); with "--range" after it, the warm-up calls run outside a profiler
 range and the last call inside it (cudaProfilerStart/Stop, through PyTorch), for `ncu --profile-from-start off`:
-every kernel of one filter gradient, and none of XLA's autotuning.
+every kernel of one filter gradient, and none of XLA's autotuning. "--rank3": a layer of height 1 as a true 1D
+one (NWC operands, as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the
+compiled program's entry computation.
 """
 
 import sys
@@ -29,6 +31,11 @@ def main() -> None:
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
+    if "--rank3" in sys.argv and shape.h == 1 and shape.fh == 1 and shape.rank == 2:
+        x, dy, w = x[:, 0], dy[:, 0], jax.ShapeDtypeStruct(w.shape[1:], dtype)
+        kwargs.update(window_strides=kwargs["window_strides"][1:], rhs_dilation=kwargs["rhs_dilation"][1:],
+                      dimension_numbers=("NWC", "WIO", "NWC"))  # fmt: skip
+        kwargs["padding"] = kwargs["padding"] if isinstance(kwargs["padding"], str) else kwargs["padding"][1:]
     if impl == "xla":
         zeros = jnp.zeros(w.shape, dtype)
         fn = jax.jit(
@@ -37,6 +44,9 @@ def main() -> None:
     else:
         fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
         print(winrs_jax.plan(x, w, **kwargs, options=options))
+    if "--hlo" in sys.argv:  # the compiled program's entry computation: copies and transposes around the call
+        text = fn.lower(x, dy).compile().as_text()
+        print(text[text.index("ENTRY") :])
     for _ in range(3):
         fn(x, dy).block_until_ready()
     if "--range" in sys.argv:
