@@ -330,12 +330,11 @@ def repeated_calls(
 
     if repeats is None:
         first = single(fns[0])
-        first().block_until_ready()  # the first call may load the module
-        out = jax.eval_shape(fns[0], x, dy)
+        out = first().block_until_ready()  # the first call may load the module; its result gives dW's bytes
         repeats = min(
             MAX_REPEATS,
             math.ceil(REPEAT_S / per_call_estimate(first)[0]),
-            MAX_REPEAT_OUTPUT_BYTES // max(1, math.prod(out.shape) * out.dtype.itemsize),
+            MAX_REPEAT_OUTPUT_BYTES // max(1, out.nbytes),
         )
         repeats = max(1, repeats)
         if repeats == 1:
