@@ -91,25 +91,37 @@ template <class G>
 struct CopiesDuringMmas<G, std::void_t<decltype(G::copies_during_mmas)>>
     : std::bool_constant<G::copies_during_mmas> {};
 
-// Main loop of copy staging: copy_stages - 1 steps of cp.async in flight while the GEMM runs through one.
-// The barrier at the top of a step both publishes its copies and retires the buffer that the copies issued
-// next will overwrite (the one the previous step read, whose MMAs each thread waited for before it).
+// Steps whose MMAs a GEMM policy leaves running into the next step (mma_steps_in_flight, 0 or 1): the
+// tensor cores then never drain between steps, at the price of one buffer that the copies cannot refill.
+template <class G, class = void>
+struct MmaStepsInFlight : std::integral_constant<int, 0> {};
+template <class G>
+struct MmaStepsInFlight<G, std::void_t<decltype(G::mma_steps_in_flight)>>
+    : std::integral_constant<int, G::mma_steps_in_flight> {};
+
+// Main loop of copy staging: copy_stages - 1 - lag steps of cp.async in flight while the GEMM runs through
+// one (lag: MmaStepsInFlight). The barrier at the top of a step both publishes its copies and retires the
+// buffer that the copies issued next will overwrite: the one read by step s - 1 - lag, whose MMAs each
+// thread waited for before the barrier.
 template <class C, class Stager, class Gemm>
 __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typename C::Smem* smem,
                                                int steps) {
   constexpr bool late = CopiesDuringMmas<Gemm>::value;
-  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
+  constexpr int lag = MmaStepsInFlight<Gemm>::value;
+  static_assert(lag == 0 || (late && lag == 1), "MMAs left in flight are waited for after the copies");
+  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems, ahead = stages - 1 - lag;
+  static_assert(ahead >= 1);
 #pragma unroll
-  for (int s = 0; s < stages - 1; ++s) {
+  for (int s = 0; s < ahead; ++s) {
     if (s < steps) stager.issue(smem + s * step_elems);
     cp_async_commit();  // empty groups keep the count of pending groups uniform
   }
   for (int s = 0; s < steps; ++s) {
-    cp_async_wait<stages - 2>();
+    cp_async_wait<ahead - 1>();
     if constexpr (C::wgmma) fence_async_proxy();  // wgmma reads shared memory through the async proxy
     __syncthreads();
     const auto refill = [&] {
-      if (s + stages - 1 < steps) stager.issue(smem + (s + stages - 1) % stages * step_elems);
+      if (s + ahead < steps) stager.issue(smem + (s + ahead) % stages * step_elems);
       cp_async_commit();
     };
     if constexpr (!late) refill();
@@ -122,9 +134,10 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
     }
     if constexpr (late) {
       refill();
-      gemm.template retire<0>();
+      gemm.template retire<lag>();
     }
   }
+  if constexpr (lag > 0) gemm.template retire<0>();
   cp_async_wait<0>();
 }
 

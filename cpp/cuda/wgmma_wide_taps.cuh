@@ -11,8 +11,11 @@
 // j rows further: the swizzle follows the address bits, so the shifted start reads the rows as they were
 // written (tools/wgmma_probe.cu, "128B swizzle, start shifted s rows").
 //
-// The three taps' accumulators take 192 registers per thread: one block per SM, four copy stages, and each
-// step's copies issued while its MMAs run.
+// The three taps' accumulators take 192 registers per thread: one block per SM, five copy stages, each
+// step's copies issued while its MMAs run, and a step's MMAs still running while the next step's are issued
+// (mma_steps_in_flight), so that the tensor cores do not drain at every step's barrier. That gained at most
+// 5% (bf16 1D k=3 32:16000:256 0.526 against 0.540 ms, 3x3 32:112:128 0.326 against 0.343-0.362; H100,
+// 2026-11-23): the drain was not what holds this tile near 380 TF/s (docs/benchmarks.md, tenth stop).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +35,9 @@ struct WgmmaWideTapsConfig : WgmmaPath<P> {
   static constexpr int blocks_per_sm = 1;
   static constexpr int K = 16;  // units per wgmma (k16)
   static constexpr bool chunked = false, copy = true, tma = false;
-  static constexpr int copy_substeps = 4, copy_stages = 4;
-  static constexpr int copy_units = copy_substeps * K;  // dY units per step
-  static constexpr int x_rows = copy_units + Taps - 1;  // X positions per step
+  static constexpr int copy_substeps = 4, copy_stages = 5;  // 170 KB: three steps of copies in flight
+  static constexpr int copy_units = copy_substeps * K;      // dY units per step
+  static constexpr int x_rows = copy_units + Taps - 1;      // X positions per step
 
   static constexpr int panel_channels = 128 / int(sizeof(Smem));  // one 128-byte swizzle row
   static_assert(2 * panel_channels == BN);
@@ -84,10 +87,11 @@ struct WgmmaWideTapsGemm : WgmmaRows<C> {
       for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
   }
 
-  // The step's copies are issued while its MMAs run (copy_main_loop), then retire<0> waits for the MMAs,
-  // whose buffer the copies issued at the next step overwrite. With one block per SM, issuing the copies
-  // first left the tensor cores idle while every thread computed its copies' addresses.
+  // The step's copies are issued while its MMAs run (copy_main_loop), then retire<1> waits for the previous
+  // step's MMAs, whose buffer the copies issued after the next barrier overwrite. With one block per SM,
+  // issuing the copies first left the tensor cores idle while every thread computed its copies' addresses.
   static constexpr bool copies_during_mmas = true;
+  static constexpr int mma_steps_in_flight = 1;
 
   // K-block `sub` of a step; the last commits the step's MMAs.
   __device__ void run_step(const Smem* step, int sub) {

@@ -142,8 +142,8 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
 // The same filter-row tile on a 128 x 128 channel block (cuda/wgmma_wide_taps.cuh on Hopper,
 // cuda/direct_taps.cuh elsewhere), for 16-bit layers whose channel counts both pass 64. The 128 x 128 block
 // of one tap reads X and dY again for every tap and channel block (64 FLOP per byte); this one stages them
-// once for three taps (192). But it has a third of the one-tap block's tiles, one block per SM and a copy
-// pipeline that drains at every step, so it ran slower wherever the one-tap grid had many tiles per segment,
+// once for three taps (192). But it has a third of the one-tap block's tiles and one block per SM, so it ran
+// slower wherever the one-tap grid had many tiles per segment,
 // and on short or few rows: bf16 on an H100, 2026-11-23, time against the one-tap block's: 1D k=3
 // 32:16000:256 0.47x and 3x3 32:112:128 0.79x (12 and 9 one-tap tiles per segment); 1.24-1.52x on 3x3
 // 32:56:256 and 32:28:512, 6x6 32:64:256, 9x9 32:64:128 and 32:32:256 (36 to 324 tiles); 1.7x on 3x3
@@ -151,7 +151,8 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
 // columns computed). So it runs where all of these held: a filter width that is a multiple of 3, at most
 // kWideMaxOneTapTiles tiles of the one-tap grid per segment, rows of at least kWideMinWidth positions, and
 // rows (in pieces of kWidePiece positions) times its own tiles for two waves of a 132-SM GPU
-// (docs/benchmarks.md, eighth stop).
+// (docs/benchmarks.md, eighth stop). With its MMAs kept running across steps (tenth stop) it was tried again
+// everywhere on 10 bf16 layers: still 0.54-0.85x of the one-tap block's speed outside these conditions.
 inline constexpr int kWideBlock = 128;
 inline constexpr long long kWideMaxOneTapTiles = 16, kWideMinWidth = 28, kWidePiece = 64,
                            kWideTiles = 2 * 132;
