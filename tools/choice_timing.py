@@ -1,9 +1,9 @@
 """Where auto mode's first choice for a layer spends its time (issue 8: up to 5.8 s on 2D depthwise layers).
 
 python tools/choice_timing.py LAYER [DTYPE]   (LAYER in the bench's Shape.parse forms, e.g. 64:28:256:7:g256;
-DTYPE bf16 by default). XLA's filter gradient is compiled and run first, as the bench does, then the first trace
-in auto mode (decision cache in a fresh directory), its measurement under cProfile: the wall time, and the functions with the
-largest cumulative times.
+DTYPE bf16 by default). XLA's filter gradient is compiled and run first, as the bench does, then the first
+trace in auto mode (decision cache in a fresh directory), its measurement under cProfile: the wall time, and the
+functions with the largest cumulative times.
 """
 
 from __future__ import annotations
