@@ -484,7 +484,7 @@ def test_repeated_filter_gradients_all_run():
     [(0.1e-3, None, 10), (0.01e-3, None, choice.MAX_REPEATS), (2e-3, None, 1), (0.01e-3, 3, 3)],
 )
 def test_repeats_make_a_millisecond_of_work(per_call_s, out_bytes, repeats, monkeypatch):
-    """Repeats make REPEAT_S of work for the first candidate (XLA's), the same count for every candidate, at most
+    """Repeats make REPEAT_S of work for the first candidate, the same count for every candidate, at most
     MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of results (all alive at once); a layer of REPEAT_S or more runs once
     per call. Each program holds that many applications."""
     estimated, traced = [], []
@@ -500,6 +500,27 @@ def test_repeats_make_a_millisecond_of_work(per_call_s, out_bytes, repeats, monk
     np.testing.assert_array_equal(calls[0](), x * 2)
     np.testing.assert_array_equal(calls[1](), dy + 1)
     assert traced.count("add") == repeats  # the second is traced once per application of its program alone
+
+
+def test_xla_is_compiled_into_one_program(monkeypatch):
+    """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
+    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
+    programs = []
+    repeated_calls = choice.repeated_calls
+
+    def spying(fns, x, dy, repeats=None):
+        primitives = [str(jax.make_jaxpr(fn)(x, dy)) for fn in fns]
+        programs.append(("XLA" if "conv_general_dilated" in primitives[0] else "WinRS", len(fns), repeats))
+        return repeated_calls(fns, x, dy, repeats)
+
+    monkeypatch.setattr(choice, "repeated_calls", spying)
+    monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",
+                          dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)  # fmt: skip
+    choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
+    assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
 
 
 def test_the_measurement_divides_by_the_repeats(monkeypatch):

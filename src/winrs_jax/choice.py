@@ -321,7 +321,7 @@ def repeated_calls(
 ) -> tuple[list[Callable[[], jax.Array]], int]:
     """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`), the same count for all, and that
     count, which divides their times. The count: `repeats`, else as many as make REPEAT_S of work for the first
-    (XLA's: one warm call, then a burst, per_call_estimate), at most MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of
+    (one warm call, then a burst, per_call_estimate), at most MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of
     results; where the first takes REPEAT_S or more, 1. (Counted from the first alone, the others compile once:
     compiling and timing every candidate alone first made the H100's first choices 0.2-0.45 s longer.)"""
 
@@ -385,19 +385,40 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
         return _filter_grad(lambda x, w: bind_conv(x, w, spec, options), layer)
 
     candidates = (plan, *alternatives)
-    (xla_call,), repeats = repeated_calls([_filter_grad(lax_conv, layer)], x, dy)  # XLA's failures are lax's
+    xla_fn = _filter_grad(lax_conv, layer)
+    # The repeat count comes from WinRS's first candidate, so that XLA's filter gradient is compiled into one
+    # program only. Counted from a program of XLA's own, 2D depthwise bf16 layers took 5-6 s to a first choice on
+    # an H100, 4.7 s of it in the first runs of three new programs, two of them XLA's (tools/choice_timing.py).
+    # Where the two times differ enough for the count to matter (10x), the choice is plain anyway.
     try:
-        fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
-        winrs_calls, _ = repeated_calls(fns, x, dy, repeats)
-        times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
-        xla_ms, *winrs_ms = (ms / repeats for ms in times)
+        winrs_calls, repeats = repeated_calls(
+            [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]], x, dy
+        )
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
-        warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {e}", RuntimeWarning,
-                      stacklevel=2)  # fmt: skip
-        xla_ms, winrs_ms = _time_ms(xla_call) / repeats, [float("inf")]
+        return _winrs_failed(plan, e, xla_fn, x, dy)
+    (xla_call,), _ = repeated_calls([xla_fn], x, dy, repeats)  # XLA's failures are lax's
+    try:
+        times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
+    except Exception as e:  # noqa: BLE001
+        return _winrs_failed(plan, e, xla_fn, x, dy)
+    xla_ms, *winrs_ms = (ms / repeats for ms in times)
     best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
     path = candidates[best].path if alternatives else ""
     return Decision(winrs_ms[best] < WINRS_MARGIN * xla_ms, winrs_ms[best], xla_ms, "measured", path)
+
+
+def _winrs_failed(
+    plan: Plan,
+    error: Exception,
+    xla_fn: Callable[[jax.Array, jax.Array], jax.Array],
+    x: jax.Array,
+    dy: jax.Array,
+) -> Decision:
+    """The decision where WinRS failed to compile or run while measured: XLA's, timed alone, with a warning."""
+    warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {error}", RuntimeWarning,
+                  stacklevel=3)  # fmt: skip
+    (xla_call,), repeats = repeated_calls([xla_fn], x, dy)  # XLA's failures are lax's
+    return Decision(False, float("inf"), _time_ms(xla_call) / repeats, "measured", "")
 
 
 def _outside_trace(fn: Callable[[], Decision]) -> Decision:
