@@ -100,17 +100,16 @@ for stage in "$@"; do
           "$OUT/ncu-${layer//:/-}.txt" | head -30
       done ;;
     breakdown)
-      # Every kernel of one filter gradient, WinRS's and XLA's, with its duration (what the main kernel's share
-      # is, and what the memset, residual columns and dW's cast and transpose add). PROFILE_ARGS: profile_layer's
-      # flags, e.g. "--rank3 --hlo" (a height-1 layer as a true 1D one, and the compiled program).
+      # Every kernel of one filter gradient, WinRS's and XLA's, with its time, from PyTorch's profiler (CUPTI; XLA's
+      # process ended in a segmentation fault under ncu): the main kernel's share, and what the memset, residual
+      # columns and dW's cast and transpose add. PROFILE_ARGS: profile_layer's flags, e.g. "--rank3 --hlo" (a
+      # height-1 layer as a true 1D one, and the compiled program).
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
         for impl in winrs xla; do
           echo "-- $layer ${PROFILE_DTYPE:-bf16} $impl"
-          (cd /tmp && ncu --profile-from-start off --metrics gpu__time_duration.sum \
-            python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} $impl --range ${PROFILE_ARGS:-}) \
-            >"$OUT/breakdown-${layer//:/-}-$impl.txt" 2>&1
-          awk '/^  [A-Za-z_].*\(/ { name = substr($0, 3, 100) } /gpu__time_duration/ { print $NF, $(NF-1), name }' \
-            "$OUT/breakdown-${layer//:/-}-$impl.txt"
+          (cd /tmp && python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} $impl --kernels \
+            ${PROFILE_ARGS:-}) >"$OUT/breakdown-${layer//:/-}-$impl.txt" 2>&1
+          grep -E " us  " "$OUT/breakdown-${layer//:/-}-$impl.txt"
         done
       done ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -4,9 +4,11 @@ ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 python tools/prof
 (dtype: f32_highest, f32_default, bf16 or f16; default bf16). A third argument picks what runs: "winrs" (the
 default) or "xla" (lax's filter gradient); with "--range" after it, the warm-up calls run outside a profiler
 range and the last call inside it (cudaProfilerStart/Stop, through PyTorch), for `ncu --profile-from-start off`:
-every kernel of one filter gradient, and none of XLA's autotuning. "--rank3": a layer of height 1 as a true 1D
-one (NWC operands, as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the
-compiled program's entry computation.
+every kernel of one filter gradient, and none of XLA's autotuning. "--kernels" instead: the last call under
+PyTorch's profiler (CUPTI, which sees the kernels XLA launches too), each kernel's name and time printed; XLA's
+process ended in a segmentation fault under ncu. "--rank3": a layer of height 1 as a true 1D one (NWC operands,
+as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the compiled program's entry
+computation.
 """
 
 import sys
@@ -49,6 +51,15 @@ def main() -> None:
         print(text[text.index("ENTRY") :])
     for _ in range(3):
         fn(x, dy).block_until_ready()
+    if "--kernels" in sys.argv:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(x, dy).block_until_ready()
+        for event in prof.events():
+            if "CUDA" in str(event.device_type):  # the kernels, and XLA's memsets and copies
+                time_us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0)
+                print(f"{time_us:10.2f} us  {event.name[:110]}")
     if "--range" in sys.argv:
         import torch  # its profiler calls reach the CUDA context that JAX shares
 
