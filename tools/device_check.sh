@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown|probe-steps
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -111,6 +111,22 @@ for stage in "$@"; do
             ${PROFILE_ARGS:-}) >"$OUT/breakdown-${layer//:/-}-$impl.txt" 2>&1
           grep -E " us  " "$OUT/breakdown-${layer//:/-}-$impl.txt"
         done
+      done ;;
+    probe-steps)
+      # The copy-staged main loop's halves timed apart: the package rebuilt with each timing probe (CMake
+      # WINRS_JAX_PROBE: MMAs only, copies only; their results are wrong), PROBE_SHAPES timed with WinRS forced,
+      # then rebuilt as shipped. Against the full loop's time: which half a step waits for.
+      for probe in mma_only copies_only ""; do
+        echo "-- probe ${probe:-none}"
+        WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90a}" \
+          python3 -m pip install --no-build-isolation -C cmake.define.WINRS_JAX_BUILD_TOOLS=ON \
+          -C cmake.define.WINRS_JAX_PROBE="$probe" -v . >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+        shapes=""
+        for shape in ${PROBE_SHAPES:-32:1:16000:256:256:1:3 32:112:128:3 128:28:128:3 32:112:112:64:128:3:3}; do
+          shapes="$shapes --shape $shape"
+        done
+        (cd /tmp && python3 -m winrs_jax.bench $shapes --dtype ${PROBE_DTYPE:-bf16} \
+          --json "$OUT/probe-${probe:-none}.jsonl" 2>/dev/null | tee "$OUT/probe-${probe:-none}.txt" | cut -c1-90)
       done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -99,6 +99,16 @@ template <class G>
 struct MmaStepsInFlight<G, std::void_t<decltype(G::mma_steps_in_flight)>>
     : std::integral_constant<int, G::mma_steps_in_flight> {};
 
+// Timing probes (CMake WINRS_JAX_PROBE; tools/device_check.sh probe-steps): the main loop below without its
+// copies after the first stages (MMAs on stale data) or without its MMAs. Wrong results; never shipped.
+#if defined(WINRS_PROBE_MMA_ONLY)
+inline constexpr bool kProbeCopies = false, kProbeMmas = true;
+#elif defined(WINRS_PROBE_COPIES_ONLY)
+inline constexpr bool kProbeCopies = true, kProbeMmas = false;
+#else
+inline constexpr bool kProbeCopies = true, kProbeMmas = true;
+#endif
+
 // Main loop of copy staging: copy_stages - 1 - lag steps of cp.async in flight while the GEMM runs through
 // one (lag: MmaStepsInFlight). The barrier at the top of a step both publishes its copies and retires the
 // buffer that the copies issued next will overwrite: the one read by step s - 1 - lag, whose MMAs each
@@ -121,12 +131,13 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
     if constexpr (C::wgmma) fence_async_proxy();  // wgmma reads shared memory through the async proxy
     __syncthreads();
     const auto refill = [&] {
-      if (s + ahead < steps) stager.issue(smem + (s + ahead) % stages * step_elems);
+      if (kProbeCopies && s + ahead < steps) stager.issue(smem + (s + ahead) % stages * step_elems);
       cp_async_commit();
     };
     if constexpr (!late) refill();
     const typename C::Smem* current = smem + s % stages * step_elems;
-    if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
+    if constexpr (!kProbeMmas) {
+    } else if constexpr (Gemm::split) {  // unrolled, split TF32's fragment pairs spilled at 255 registers
 #pragma unroll 1
       for (int sub = 0; sub < C::copy_substeps; ++sub) gemm.run_step(current, sub);
     } else {
