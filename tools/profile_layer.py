@@ -8,7 +8,7 @@ every kernel of one filter gradient, and none of XLA's autotuning. "--kernels" i
 PyTorch's profiler (CUPTI, which sees the kernels XLA launches too), each kernel's name and time printed; XLA's
 process ended in a segmentation fault under ncu. "--rank3": a layer of height 1 as a true 1D one (NWC operands,
 as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the compiled program's entry
-computation.
+computation. "--repeats=N": N filter gradients in one program, as auto mode and the bench time them.
 """
 
 import sys
@@ -19,6 +19,7 @@ import numpy as np
 from jax import lax
 
 import winrs_jax
+from winrs_jax import choice
 from winrs_jax.bench.suite import DN, DTYPES, Shape
 
 
@@ -40,22 +41,33 @@ def main() -> None:
         kwargs["padding"] = kwargs["padding"] if isinstance(kwargs["padding"], str) else kwargs["padding"][1:]
     if impl == "xla":
         zeros = jnp.zeros(w.shape, dtype)
-        fn = jax.jit(
-            lambda x, dy: jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
-        )
+
+        def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
+            return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kwargs), zeros)[1](dy)[0]
     else:
-        fn = jax.jit(lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options))
+
+        def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
+            return winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=options)
+
         print(winrs_jax.plan(x, w, **kwargs, options=options))
+    # --repeats=N: N filter gradients in one program, as auto mode and the bench time them (choice.repeated).
+    repeats = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--repeats=")), 1)
+    xs, dys = (x,) * repeats, (dy,) * repeats
+    program = jax.jit(choice.repeated(filter_grad))
+
+    def call() -> jax.Array:
+        return program(xs, dys)[-1]  # ready when the program is
+
     if "--hlo" in sys.argv:  # the compiled program's entry computation: copies and transposes around the call
-        text = fn.lower(x, dy).compile().as_text()
+        text = program.lower(xs, dys).compile().as_text()
         print(text[text.index("ENTRY") :])
     for _ in range(3):
-        fn(x, dy).block_until_ready()
+        call().block_until_ready()
     if "--kernels" in sys.argv:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn(x, dy).block_until_ready()
+            call().block_until_ready()
         for event in prof.events():
             if "CUDA" in str(event.device_type):  # the kernels, and XLA's memsets and copies
                 time_us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0)
@@ -65,7 +77,7 @@ def main() -> None:
 
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-        fn(x, dy).block_until_ready()
+        call().block_until_ready()
         torch.cuda.profiler.stop()
 
 
