@@ -523,6 +523,30 @@ def test_xla_is_compiled_into_one_program(monkeypatch):
     assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
 
 
+def test_the_inputs_are_made_in_one_program(monkeypatch):
+    """x and dY of a measurement come from one compiled program (a program per array cost a compile per first
+    choice), with values in [0, 1) that differ between the two."""
+    made, original = [], choice._fillers
+
+    def fillers(shapes, dtypes):
+        made.append(shapes)
+        arrays = original(shapes, dtypes)
+        made.append(original._cache_size())
+        return arrays
+
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [1.0, 1.0])
+    lhs_shape, rhs_shape = (3, 7, 11, 5), (3, 3, 5, 2)  # shapes no other test measures: a new program
+    compiled = original._cache_size()
+    monkeypatch.setattr(choice, "_fillers", fillers)
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(jnp.ones(lhs_shape), jnp.ones(rhs_shape), (1, 1), "SAME", dimension_numbers=NHWC,
+                          options=options)  # fmt: skip
+    choice._measure(plan, _layer(lhs_shape, rhs_shape, NHWC))
+    assert made == [(lhs_shape, (3, 7, 11, 2)), compiled + 1]
+    x, dy = original((lhs_shape, (3, 7, 11, 2)), (np.dtype(np.float32),) * 2)
+    assert 0 <= float(x.min()) and float(x.max()) < 1 and not np.allclose(x[..., :2], dy)
+
+
 def test_the_measurement_divides_by_the_repeats(monkeypatch):
     """Each timed call runs `repeats` filter gradients: the decision records ms per filter gradient."""
     monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
