@@ -502,25 +502,62 @@ def test_repeats_make_a_millisecond_of_work(per_call_s, out_bytes, repeats, monk
     assert traced.count("add") == repeats  # the second is traced once per application of its program alone
 
 
-def test_xla_is_compiled_into_one_program(monkeypatch):
-    """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
-    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
-    programs = []
-    repeated_calls = choice.repeated_calls
+def _spy_programs(monkeypatch, fail_xla=False):
+    """Records (whose, candidates, repeats) of each repeated_calls; XLA's calls raise where fail_xla."""
+    programs, repeated_calls = [], choice.repeated_calls
 
     def spying(fns, x, dy, repeats=None):
-        primitives = [str(jax.make_jaxpr(fn)(x, dy)) for fn in fns]
-        programs.append(("XLA" if "conv_general_dilated" in primitives[0] else "WinRS", len(fns), repeats))
-        return repeated_calls(fns, x, dy, repeats)
+        whose = "XLA" if "conv_general_dilated" in str(jax.make_jaxpr(fns[0])(x, dy)) else "WinRS"
+        programs.append((whose, len(fns), repeats))
+        calls, count = repeated_calls(fns, x, dy, repeats)
+        if whose == "XLA" and fail_xla:
+            calls = [lambda: (_ for _ in ()).throw(ValueError("XLA's run failed"))]
+        return calls, count
 
     monkeypatch.setattr(choice, "repeated_calls", spying)
     monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
-    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    return programs
+
+
+def _measure_small():
     options = winrs_jax.PlannerOptions(mode="winrs")
     plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",
                           dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)  # fmt: skip
-    choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
+    return choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
+
+
+def test_xla_is_compiled_into_one_program(monkeypatch):
+    """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
+    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
+    programs = _spy_programs(monkeypatch)
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    _measure_small()
     assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
+
+
+def test_a_winrs_failure_while_timing_keeps_xla(monkeypatch):
+    """WinRS failing while the candidates are timed leaves the layer to XLA with a warning, XLA's time taken from
+    the program already compiled (no second compile of XLA's)."""
+    programs = _spy_programs(monkeypatch)
+
+    def time_all(fns, **kwargs):
+        raise RuntimeError("an illegal memory access")
+
+    monkeypatch.setattr(choice, "_time_all", time_all)
+    with pytest.warns(RuntimeWarning, match="WinRS failed .* XLA computes it: an illegal memory access"):
+        decision = _measure_small()
+    assert not decision.winrs and decision.winrs_ms == float("inf") and np.isfinite(decision.xla_ms)
+    assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
+
+
+def test_an_xla_failure_is_laxs_error_alone(monkeypatch):
+    """XLA failing on its first run is lax's error, raised as it is: not taken for WinRS's, and no warning that
+    XLA computes the layer."""
+    _spy_programs(monkeypatch, fail_xla=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="XLA's run failed"):
+            _measure_small()
 
 
 def test_the_inputs_are_made_in_one_program(monkeypatch):
@@ -535,7 +572,8 @@ def test_the_inputs_are_made_in_one_program(monkeypatch):
         return arrays
 
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [1.0, 1.0])
-    lhs_shape, rhs_shape = (3, 7, 11, 5), (3, 3, 5, 2)  # shapes no other test measures: a new program
+    lhs_shape, rhs_shape = (3, 7, 11, 5), (3, 3, 5, 2)
+    original.clear_cache()
     compiled = original._cache_size()
     monkeypatch.setattr(choice, "_fillers", fillers)
     options = winrs_jax.PlannerOptions(mode="winrs")
@@ -543,8 +581,11 @@ def test_the_inputs_are_made_in_one_program(monkeypatch):
                           options=options)  # fmt: skip
     choice._measure(plan, _layer(lhs_shape, rhs_shape, NHWC))
     assert made == [(lhs_shape, (3, 7, 11, 2)), compiled + 1]
-    x, dy = original((lhs_shape, (3, 7, 11, 2)), (np.dtype(np.float32),) * 2)
-    assert 0 <= float(x.min()) and float(x.max()) < 1 and not np.allclose(x[..., :2], dy)
+    x, dy = original((lhs_shape, (3, 7, 11, 2)), (np.dtype(jnp.bfloat16), np.dtype(np.float32)))
+    assert (x.dtype, dy.dtype) == (jnp.bfloat16, jnp.float32)  # a bfloat16 layer with preferred float32
+    for a in (x, dy):
+        assert 0 <= float(a.min()) and float(a.max()) <= 1 and float(a.std()) > 0.2
+    assert not np.allclose(np.asarray(x[..., :2], np.float32), dy, atol=0.05)
 
 
 def test_the_measurement_divides_by_the_repeats(monkeypatch):

@@ -8,7 +8,8 @@ every kernel of one filter gradient, and none of XLA's autotuning. "--kernels" i
 PyTorch's profiler (CUPTI, which sees the kernels XLA launches too), each kernel's name and time printed; XLA's
 process ended in a segmentation fault under ncu. "--rank3": a layer of height 1 as a true 1D one (NWC operands,
 as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the compiled program's entry
-computation. "--repeats=N": N filter gradients in one program, as auto mode and the bench time them.
+computation. "--repeats=N": N filter gradients in one program, as auto mode and the bench time them (with ncu's
+--launch-skip, N launches per call).
 """
 
 import sys
@@ -51,7 +52,7 @@ def main() -> None:
 
         print(winrs_jax.plan(x, w, **kwargs, options=options))
     # --repeats=N: N filter gradients in one program, as auto mode and the bench time them (choice.repeated).
-    repeats = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--repeats=")), 1)
+    repeats = max(1, next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--repeats=")), 1))
     xs, dys = (x,) * repeats, (dy,) * repeats
     program = jax.jit(choice.repeated(filter_grad))
 

@@ -398,35 +398,29 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # program only. Counted from a program of XLA's own, 2D depthwise bf16 layers took 5-6 s to a first choice on
     # an H100, 4.7 s of it in the first runs of three new programs, two of them XLA's (tools/choice_timing.py).
     # Where the two times differ enough for the count to matter (10x), the choice is plain anyway.
+    failure: Exception | None = None
     try:
         winrs_calls, repeats = repeated_calls(
             [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]], x, dy
         )
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
-        return _winrs_failed(plan, e, xla_fn, x, dy)
-    (xla_call,), _ = repeated_calls([xla_fn], x, dy, repeats)  # XLA's failures are lax's
-    try:
-        times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
-    except Exception as e:  # noqa: BLE001
-        return _winrs_failed(plan, e, xla_fn, x, dy)
+        failure, winrs_calls, repeats = e, [], None
+    (xla_call,), repeats = repeated_calls([xla_fn], x, dy, repeats)  # XLA's failures are lax's,
+    xla_call().block_until_ready()  # its first run's too, not taken for WinRS's in _time_all
+    if failure is None:
+        try:
+            times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
+        except Exception as e:  # noqa: BLE001
+            failure = e
+    if failure is not None:
+        xla_ms = _time_ms(xla_call) / repeats
+        warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {failure}",
+                      RuntimeWarning, stacklevel=2)  # fmt: skip
+        return Decision(False, float("inf"), xla_ms, "measured", "")
     xla_ms, *winrs_ms = (ms / repeats for ms in times)
     best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
     path = candidates[best].path if alternatives else ""
     return Decision(winrs_ms[best] < WINRS_MARGIN * xla_ms, winrs_ms[best], xla_ms, "measured", path)
-
-
-def _winrs_failed(
-    plan: Plan,
-    error: Exception,
-    xla_fn: Callable[[jax.Array, jax.Array], jax.Array],
-    x: jax.Array,
-    dy: jax.Array,
-) -> Decision:
-    """The decision where WinRS failed to compile or run while measured: XLA's, timed alone, with a warning."""
-    warnings.warn(f"winrs_jax: WinRS failed on {_layer_text(plan)}, XLA computes it: {error}", RuntimeWarning,
-                  stacklevel=3)  # fmt: skip
-    (xla_call,), repeats = repeated_calls([xla_fn], x, dy)  # XLA's failures are lax's
-    return Decision(False, float("inf"), _time_ms(xla_call) / repeats, "measured", "")
 
 
 def _outside_trace(fn: Callable[[], Decision]) -> Decision:
