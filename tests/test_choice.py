@@ -502,21 +502,32 @@ def test_repeats_make_a_millisecond_of_work(per_call_s, out_bytes, repeats, monk
     assert traced.count("add") == repeats  # the second is traced once per application of its program alone
 
 
-def _spy_programs(monkeypatch, fail_xla=False):
-    """Records (whose, candidates, repeats) of each repeated_calls; XLA's calls raise where fail_xla."""
-    programs, repeated_calls = [], choice.repeated_calls
+def _spy_programs(monkeypatch, fail_xla=False, delay_s=0.0):
+    """Records whose candidate each repeat_count counts on and (whose, candidates, repeats, start, end) of each
+    repeated_programs; XLA's calls raise where fail_xla; each program's compile takes delay_s more."""
+    counted, programs = [], []
+    repeat_count, repeated_programs = choice.repeat_count, choice.repeated_programs
 
-    def spying(fns, x, dy, repeats=None):
-        whose = "XLA" if "conv_general_dilated" in str(jax.make_jaxpr(fns[0])(x, dy)) else "WinRS"
-        programs.append((whose, len(fns), repeats))
-        calls, count = repeated_calls(fns, x, dy, repeats)
-        if whose == "XLA" and fail_xla:
+    def whose(fn, x, dy):
+        return "XLA" if "conv_general_dilated" in str(jax.make_jaxpr(fn)(x, dy)) else "WinRS"
+
+    def counting(fn, x, dy):
+        counted.append(whose(fn, x, dy))
+        return repeat_count(fn, x, dy)
+
+    def compiling(fns, x, dy, repeats, first=None):
+        name, start = whose(fns[0], x, dy), time.perf_counter()
+        time.sleep(delay_s)
+        calls = repeated_programs(fns, x, dy, repeats, first)
+        programs.append((name, len(fns), repeats, start, time.perf_counter()))
+        if name == "XLA" and fail_xla:
             calls = [lambda: (_ for _ in ()).throw(ValueError("XLA's run failed"))]
-        return calls, count
+        return calls
 
-    monkeypatch.setattr(choice, "repeated_calls", spying)
+    monkeypatch.setattr(choice, "repeat_count", counting)
+    monkeypatch.setattr(choice, "repeated_programs", compiling)
     monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
-    return programs
+    return counted, programs
 
 
 def _measure_small():
@@ -529,16 +540,26 @@ def _measure_small():
 def test_xla_is_compiled_into_one_program(monkeypatch):
     """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
     that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
-    programs = _spy_programs(monkeypatch)
+    counted, programs = _spy_programs(monkeypatch)
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
     _measure_small()
-    assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
+    assert counted == ["WinRS"] and sorted(p[:3] for p in programs) == [("WinRS", 1, 4), ("XLA", 1, 4)]
+
+
+def test_xla_and_winrs_programs_compile_at_once(monkeypatch):
+    """XLA's repeated program compiles while WinRS's do (0.1-0.2 s of a first choice on an H100): here each
+    compile is made 0.3 s longer, and the two overlap."""
+    _, programs = _spy_programs(monkeypatch, delay_s=0.3)
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    _measure_small()
+    (_, _, _, start_a, end_a), (_, _, _, start_b, end_b) = programs
+    assert max(start_a, start_b) < min(end_a, end_b)
 
 
 def test_a_winrs_failure_while_timing_keeps_xla(monkeypatch):
     """WinRS failing while the candidates are timed leaves the layer to XLA with a warning, XLA's time taken from
     the program already compiled (no second compile of XLA's)."""
-    programs = _spy_programs(monkeypatch)
+    _, programs = _spy_programs(monkeypatch)
 
     def time_all(fns, **kwargs):
         raise RuntimeError("an illegal memory access")
@@ -547,7 +568,7 @@ def test_a_winrs_failure_while_timing_keeps_xla(monkeypatch):
     with pytest.warns(RuntimeWarning, match="WinRS failed .* XLA computes it: an illegal memory access"):
         decision = _measure_small()
     assert not decision.winrs and decision.winrs_ms == float("inf") and np.isfinite(decision.xla_ms)
-    assert programs == [("WinRS", 1, None), ("XLA", 1, 4)]
+    assert sorted(p[:3] for p in programs) == [("WinRS", 1, 4), ("XLA", 1, 4)]
 
 
 def test_an_xla_failure_is_laxs_error_alone(monkeypatch):

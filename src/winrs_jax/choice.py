@@ -36,6 +36,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -320,31 +321,51 @@ def repeated_calls(
     repeats: int | None = None,
 ) -> tuple[list[Callable[[], jax.Array]], int]:
     """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`), the same count for all, and that
-    count, which divides their times. The count: `repeats`, else as many as make REPEAT_S of work for the first
-    (one warm call, then a burst, per_call_estimate), at most MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of
-    results; where the first takes REPEAT_S or more, 1. (Counted from the first alone, the others compile once:
-    compiling and timing every candidate alone first made the H100's first choices 0.2-0.45 s longer.)"""
-
-    def single(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable[[], jax.Array]:
-        return functools.partial(jax.jit(fn).lower(x, dy).compile(), x, dy)
-
+    count, which divides their times. The count: `repeats`, else `repeat_count` of the first. (Counted from the
+    first alone, the others compile once: compiling and timing every candidate alone first made the H100's first
+    choices 0.2-0.45 s longer.)"""
+    first = None
     if repeats is None:
-        first = single(fns[0])
-        out = first().block_until_ready()  # the first call may load the module; its result gives dW's bytes
-        repeats = min(
-            MAX_REPEATS,
-            math.ceil(REPEAT_S / per_call_estimate(first)[0]),
-            MAX_REPEAT_OUTPUT_BYTES // max(1, out.nbytes),
-        )
-        repeats = max(1, repeats)
-        if repeats == 1:
-            return [first, *map(single, fns[1:])], 1
+        first, repeats = repeat_count(fns[0], x, dy)
+    return repeated_programs(fns, x, dy, repeats, first), repeats
+
+
+def _single(
+    fn: Callable[[jax.Array, jax.Array], jax.Array], x: jax.Array, dy: jax.Array
+) -> Callable[[], jax.Array]:
+    return functools.partial(jax.jit(fn).lower(x, dy).compile(), x, dy)
+
+
+def repeat_count(
+    fn: Callable[[jax.Array, jax.Array], jax.Array], x: jax.Array, dy: jax.Array
+) -> tuple[Callable[[], jax.Array], int]:
+    """fn's call alone (compiled, run once) and the repeats that make REPEAT_S of its work (one warm call, then a
+    burst, per_call_estimate), at most MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of results; 1 where one call
+    takes REPEAT_S or more."""
+    first = _single(fn, x, dy)
+    out = first().block_until_ready()  # the first call may load the module; its result gives dW's bytes
+    repeats = min(
+        MAX_REPEATS,
+        math.ceil(REPEAT_S / per_call_estimate(first)[0]),
+        MAX_REPEAT_OUTPUT_BYTES // max(1, out.nbytes),
+    )
+    return first, max(1, repeats)
+
+
+def repeated_programs(
+    fns: list[Callable[[jax.Array, jax.Array], jax.Array]],
+    x: jax.Array,
+    dy: jax.Array,
+    repeats: int,
+    first: Callable[[], jax.Array] | None = None,
+) -> list[Callable[[], jax.Array]]:
+    """Calls of each fn applied `repeats` times in one program; `first`, where given, is fns[0]'s call alone."""
     if repeats == 1:
-        return list(map(single, fns)), 1
+        return [first or _single(fns[0], x, dy), *(_single(fn, x, dy) for fn in fns[1:])]
     xs, dys = (x,) * repeats, (dy,) * repeats
     compiled = [jax.jit(repeated(fn)).lower(xs, dys).compile() for fn in fns]
     # The last result is ready when the program is: waiting on it waits for all.
-    return [lambda c=c: c(xs, dys)[-1] for c in compiled], repeats
+    return [lambda c=c: c(xs, dys)[-1] for c in compiled]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -398,15 +419,26 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # program only. Counted from a program of XLA's own, 2D depthwise bf16 layers took 5-6 s to a first choice on
     # an H100, 4.7 s of it in the first runs of three new programs, two of them XLA's (tools/choice_timing.py).
     # Where the two times differ enough for the count to matter (10x), the choice is plain anyway.
+    winrs_fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
     failure: Exception | None = None
+    first, repeats = None, None
     try:
-        winrs_calls, repeats = repeated_calls(
-            [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]], x, dy
-        )
+        first, repeats = repeat_count(winrs_fns[0], x, dy)
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
-        failure, winrs_calls, repeats = e, [], None
-    (xla_call,), repeats = repeated_calls([xla_fn], x, dy, repeats)  # XLA's failures are lax's,
-    xla_call().block_until_ready()  # its first run's too, not taken for WinRS's in _time_all
+        failure = e
+    # XLA's program compiles while WinRS's do (one after the other, the compiles took about half of a bf16 3x3
+    # layer's 1.0 s first choice on an H100; together, not yet measured).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="winrs_jax-compile") as pool:
+        xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats)
+        winrs_future = (
+            None if failure else pool.submit(repeated_programs, winrs_fns, x, dy, repeats or 1, first)
+        )
+        (xla_call,), repeats = xla_future.result()  # XLA's failures are lax's,
+        xla_call().block_until_ready()  # its first run's too, not taken for WinRS's in _time_all
+        try:
+            winrs_calls = winrs_future.result() if winrs_future else []
+        except Exception as e:  # noqa: BLE001
+            failure = e
     if failure is None:
         try:
             times = _time_all([xla_call, *winrs_calls], gradients_per_call=repeats)
