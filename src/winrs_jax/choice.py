@@ -419,10 +419,12 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # program only. Counted from a program of XLA's own, 2D depthwise bf16 layers took 5-6 s to a first choice on
     # an H100, 4.7 s of it in the first runs of three new programs, two of them XLA's (tools/choice_timing.py).
     # Where the two times differ enough for the count to matter (10x), the choice is plain anyway.
-    winrs_fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
     failure: Exception | None = None
-    first, repeats = None, None
+    winrs_fns: list[Callable[[jax.Array, jax.Array], jax.Array]] = []
+    first: Callable[[], jax.Array] | None = None
+    repeats: int | None = None
     try:
+        winrs_fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
         first, repeats = repeat_count(winrs_fns[0], x, dy)
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         failure = e
