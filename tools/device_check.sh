@@ -115,7 +115,9 @@ for stage in "$@"; do
     probe-steps)
       # The copy-staged main loop's halves timed apart: the package rebuilt with each timing probe (CMake
       # WINRS_JAX_PROBE: MMAs only, copies only; their results are wrong), PROBE_SHAPES timed with WinRS forced,
-      # then rebuilt as shipped. Against the full loop's time: which half a step waits for.
+      # then rebuilt as shipped. Against the full loop's time: which half a step waits for. The default shapes:
+      # the three-tap tiles on 128 (1D k=3, 3x3 32:112:128) and 64 channels (32:112:64->128), and 3x3
+      # 128:28:128, whose TMA-staged one-tap block the probes leave alone (a control for run-to-run noise).
       for probe in mma_only copies_only ""; do
         echo "-- probe ${probe:-none}"
         WINRS_JAX_CUDA=on WINRS_JAX_CUDA_ARCHITECTURES="${WINRS_JAX_CUDA_ARCHITECTURES:-90a}" \
