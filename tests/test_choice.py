@@ -1,5 +1,6 @@
 """The per-layer choice between WinRS and XLA (winrs_jax.choice): modes, measurement, memory and disk cache."""
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -544,6 +545,26 @@ def test_xla_is_compiled_into_one_program(monkeypatch):
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
     _measure_small()
     assert counted == ["WinRS"] and sorted(p[:3] for p in programs) == [("WinRS", 1, 4), ("XLA", 1, 4)]
+
+
+@pytest.mark.parametrize("predicted_s, repeats", [(0.25e-3, 4), (1e-6, choice.MAX_REPEATS), (5e-3, 1)])
+def test_on_a_gpu_the_model_counts_the_repeats(predicted_s, repeats, monkeypatch):
+    """On a GPU the repeats come from the plan's predicted time (REPEAT_S of work, at most MAX_REPEATS), and
+    neither candidate is compiled or run alone to count them; elsewhere WinRS's program alone counts them."""
+    counted, programs = _spy_programs(monkeypatch)
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    monkeypatch.setattr(choice, "_on_gpu", lambda: True)
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",
+                          dimension_numbers=NHWC, options=options)  # fmt: skip
+    plan = dataclasses.replace(plan, predicted_seconds=predicted_s)
+    singles = []
+    monkeypatch.setattr(choice, "_single", lambda fn, x, dy, single=choice._single: singles.append(fn) or
+                        single(fn, x, dy))  # fmt: skip
+    decision = choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
+    assert counted == [] and sorted(p[:3] for p in programs) == [("WinRS", 1, repeats), ("XLA", 1, repeats)]
+    assert len(singles) == (2 if repeats == 1 else 0)  # a count of 1: the programs are the single ones
+    assert (decision.xla_ms, decision.winrs_ms) == (4.0 / repeats, 2.0 / repeats)
 
 
 def test_xla_and_winrs_programs_compile_at_once(monkeypatch):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown|probe-steps
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -129,6 +129,25 @@ for stage in "$@"; do
         done
         (cd /tmp && python3 -m winrs_jax.bench $shapes --dtype ${PROBE_DTYPE:-bf16} \
           --json "$OUT/probe-${probe:-none}.jsonl" 2>/dev/null | tee "$OUT/probe-${probe:-none}.txt" | cut -c1-90)
+      done ;;
+    waves)
+      # bf16 time against Z near whole waves of resident blocks (tools/tune.py waves), WAVE_SHAPES in Shape.parse forms.
+      (cd /tmp && python3 "$ROOT/tools/tune.py" waves ${WAVE_SHAPES:-16:64:128:3 128:7:512:3 128:17:192:3 16:128:64:3}) \
+        2>&1 | tee "$OUT/waves.jsonl" | tail -80 ;;
+    first-trace)
+      # What auto adds to a first training step with a new layer, in fresh processes (tools/first_trace.py).
+      (cd /tmp && python3 "$ROOT/tools/first_trace.py" --dtype ${FIRST_DTYPE:-bf16} --jit-cache ${FIRST_JIT_CACHE:-off} \
+        ${FIRST_LAYERS:-64:28:256:7:g256 64:56:128:3:g128 128:28:128:3}) 2>&1 | tee -a "$OUT/first-trace.jsonl" | tail -20 ;;
+    choice-timing)
+      # Where auto's first choice of each CHOICE_LAYERS layer spends its time (tools/choice_timing.py, cProfile).
+      for layer in ${CHOICE_LAYERS:-128:28:128:3}; do
+        (cd /tmp && python3 "$ROOT/tools/choice_timing.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/choice-${layer//:/-}.txt" 2>&1
+        head -3 "$OUT/choice-${layer//:/-}.txt"; grep -E "cumtime|compile|_time_all|repeat_count|_fillers|block_until|_measure" "$OUT/choice-${layer//:/-}.txt" | head -14
+      done ;;
+    layouts)
+      # NCHW/OIHW against NHWC/HWIO, lax and WinRS, in a jitted four-layer training gradient (tools/layout_cost.py).
+      for dtype in bfloat16 float32; do
+        (cd /tmp && python3 "$ROOT/tools/layout_cost.py" --dtype $dtype) 2>&1 | tee -a "$OUT/layouts.txt" | tail -4
       done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -6,6 +6,7 @@ python tools/tune.py segments   # time against the baseline segment count Z^ -> 
 python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
 python tools/tune.py atomics    # time against Z with atomic adds -> kAtomicAddsPerSecond
 python tools/tune.py sums       # float32 HIGHEST MARE and time against Z (in-kernel FP32 sum lengths)
+python tools/tune.py waves SHAPE...  # bf16 time against Z near whole waves of resident blocks
 """
 
 import functools
@@ -179,7 +180,53 @@ def _sums_of_layer(text: str) -> None:
                                   mare=suite._mare(dw, reference), atomic=plan.atomic)), flush=True)  # fmt: skip
 
 
+def _resident_tiles(plan: winrs_jax.Plan) -> tuple[int, int]:
+    """Work tiles per segment of the direct kernel on a 16-bit path, and the blocks an H100 holds at once."""
+    columns, block_oc, block_ic = plan.work_tile
+    (fh, fw), (c, k) = plan.filter_hw, plan.channels
+    tiles = -(-k // block_oc) * -(-c // block_ic) * fh * -(-fw // columns)
+    return tiles, 132 * (1 if (columns, block_oc) == (3, 128) else 2)
+
+
+def _timed_at(shape: object, z: int | None) -> tuple[winrs_jax.Plan, float]:
+    """bf16 WinRS on one layer (the bench's inputs) with Z segments (None: the planner's)."""
+    from winrs_jax.bench import suite
+
+    x, dy, w, kwargs = suite._layer(shape, "bf16", np.random.default_rng(0))
+    opts = winrs_jax.PlannerOptions(mode="winrs", segments=z)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts))
+    return winrs_jax.plan(x, w, **kwargs, options=opts), time_ms(functools.partial(fn, x, dy), 5, 0)
+
+
+def waves(texts: list[str]) -> None:
+    """bf16 WinRS with the planner's Z and with the Z values nearest to whole waves of resident blocks (and a
+    few around the planner's): whether the last, partial wave of the grid costs what its share of idle SMs
+    says."""
+    from winrs_jax.bench import suite
+
+    for text in texts:
+        shape = suite.Shape.parse(text)
+        base, base_ms = _timed_at(shape, None)
+        tiles, slots = _resident_tiles(base)
+        z0 = base.segments
+        candidates = {max(1, round(z0 * f)) for f in (0.5, 0.75, 1.25, 1.5, 2)}
+        candidates |= {max(1, k * slots // tiles) for k in range(1, 2 * -(-tiles * z0 // slots) + 1)}
+        seen = {z0}
+        print(json.dumps(dict(layer=str(shape), planner=True, segments=z0, blocks=tiles * z0, slots=slots,
+                              ms=round(base_ms, 4))), flush=True)  # fmt: skip
+        for z in sorted(c for c in candidates if c <= 4 * z0 + 8):
+            plan, ms = _timed_at(shape, z)
+            if plan.segments in seen:
+                continue
+            seen.add(plan.segments)
+            print(json.dumps(dict(layer=str(shape), planner=False, segments=plan.segments,
+                                  blocks=tiles * plan.segments, slots=slots, ms=round(ms, 4))), flush=True)  # fmt: skip
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "waves":
+        waves(sys.argv[2:])
+        sys.exit()
     {
         "variants": variants,
         "highest": highest,

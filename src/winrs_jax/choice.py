@@ -220,12 +220,14 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 
 
 def _time_all(
-    fns: list[Callable[[], jax.Array]], budget_s: float = 0.4, gradients_per_call: int = 1
+    fns: list[Callable[[], jax.Array]], budget_s: float = 0.2, gradients_per_call: int = 1
 ) -> list[float]:
     """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
     turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
     WinRS that ran at 0.62x). A WinRS warm call (per_call_estimate) over three times XLA's is its answer: more
-    samples of a clear loser only delay the trace. `gradients_per_call` (repeated_calls) divides the samples in the
+    samples of a clear loser only delay the trace. The budget: 0.2 s of samples (ten rounds of two candidates),
+    where 0.4 s had taken 0.28-0.32 s of 1.0-1.2 s bf16 first choices on an H100 (2026-11-24) for samples of
+    programs whose every call runs REPEAT_S of work. `gradients_per_call` (repeated_calls) divides the samples in the
     debug log, which gives ms per filter gradient."""
     estimates: list[tuple[float, int]] = []
     for fn in fns:
@@ -352,6 +354,27 @@ def repeat_count(
     return first, max(1, repeats)
 
 
+def _on_gpu() -> bool:
+    return jax.devices()[0].platform == "gpu"
+
+
+def model_repeats(plan: Plan, rhs_shape: tuple[int, ...]) -> int | None:
+    """On a GPU, the repeats that make REPEAT_S of work by the planner's predicted time of the plan (at most
+    MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of float32 results), so that no program of one application is
+    compiled and run to count them: that took 0.27-0.49 s of the first choices of bf16 3x3 and 3x3x3 layers
+    on an H100 (tools/choice_timing.py, 2026-11-24), before the repeated programs could start compiling. None
+    elsewhere: the model's coefficients are an H100's, and a CPU runs layers orders of magnitude slower than it
+    says. Where the model is wrong the repeated programs take longer or shorter than REPEAT_S, which changes how
+    long the timing takes, not what it measures (times divide by the count; a clear loser is timed once)."""
+    if not _on_gpu() or plan.predicted_seconds <= 0:
+        return None
+    out_bytes = 4 * math.prod(rhs_shape)
+    return max(
+        1,
+        min(MAX_REPEATS, math.ceil(REPEAT_S / plan.predicted_seconds), MAX_REPEAT_OUTPUT_BYTES // out_bytes),
+    )
+
+
 def repeated_programs(
     fns: list[Callable[[jax.Array, jax.Array], jax.Array]],
     x: jax.Array,
@@ -415,21 +438,24 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
 
     candidates = (plan, *alternatives)
     xla_fn = _filter_grad(lax_conv, layer)
-    # The repeat count comes from WinRS's first candidate, so that XLA's filter gradient is compiled into one
-    # program only. Counted from a program of XLA's own, 2D depthwise bf16 layers took 5-6 s to a first choice on
-    # an H100, 4.7 s of it in the first runs of three new programs, two of them XLA's (tools/choice_timing.py).
-    # Where the two times differ enough for the count to matter (10x), the choice is plain anyway.
+    # The repeat count comes from WinRS's first candidate (on a GPU from its predicted time, model_repeats), so
+    # that XLA's filter gradient is compiled into one program only. Counted from a program of XLA's own, 2D
+    # depthwise bf16 layers took 5-6 s to a first choice on an H100, 4.7 s of it in the first runs of three new
+    # programs, two of them XLA's (tools/choice_timing.py). Where the two times differ enough for the count to
+    # matter (10x), the choice is plain anyway.
     failure: Exception | None = None
     winrs_fns: list[Callable[[jax.Array, jax.Array], jax.Array]] = []
     first: Callable[[], jax.Array] | None = None
     repeats: int | None = None
     try:
         winrs_fns = [winrs_fn(None), *[winrs_fn(other.path) for other in alternatives]]
-        first, repeats = repeat_count(winrs_fns[0], x, dy)
+        repeats = model_repeats(plan, layer.rhs_shape)
+        if repeats is None:
+            first, repeats = repeat_count(winrs_fns[0], x, dy)
     except Exception as e:  # noqa: BLE001 - any failure to run WinRS here means XLA computes the layer
         failure = e
     # XLA's program compiles while WinRS's do (one after the other, the compiles took about half of a bf16 3x3
-    # layer's 1.0 s first choice on an H100; together, not yet measured).
+    # layer's 1.0 s first choice on an H100).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="winrs_jax-compile") as pool:
         xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats)
         winrs_future = (

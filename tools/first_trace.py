@@ -1,0 +1,103 @@
+"""What auto mode adds to a user's first step with a new layer (issue 8: <= 1 s on the GPU, cached <= 1 ms).
+
+python tools/first_trace.py [--dtype bf16] [--jit-cache off|warm] LAYER...   (LAYER in Shape.parse's forms)
+
+For each layer, fresh processes time the first call of a jitted training step of that one layer (the forward
+convolution, then the gradients of X and of the filter, as jax.grad of a loss gives them): with
+lax.conv_general_dilated; with winrs_jax.conv in auto mode and an empty decision cache (the measured choice
+runs inside the trace); and with winrs_jax.conv again on the cache the second process wrote. Each process
+first starts the GPU with a small program, so that what differs is the layer's compile, measurement and first
+run. The same processes time one re-trace (jax.jit(...).trace after jax.clear_caches()). "extra" is auto's time
+less lax's.
+
+cuDNN compiles some of XLA's convolution kernels when they first run, and the CUDA driver keeps them in its
+on-disk cache: with the cache on, whichever process ran a layer first paid for them and the later ones did not.
+--jit-cache off (the default) turns that cache off in every process (CUDA_CACHE_DISABLE=1): each pays them, as on
+a new machine. --jit-cache warm keeps it and runs lax's process twice first, the first to fill it: a user who has
+trained the model with lax before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def child(impl: str, layer: str, dtype_name: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    import winrs_jax
+    from winrs_jax.bench.suite import DN, DTYPES, Shape
+
+    jax.jit(lambda a: a + 1)(jnp.ones(8)).block_until_ready()  # the GPU and jax started
+    shape = Shape.parse(layer)
+    dtype, precision = DTYPES[dtype_name]
+    x = jnp.ones((shape.n, *shape.spatial, shape.cin), dtype)
+    dy = jnp.ones((shape.n, *shape.out_spatial, shape.cout), dtype)
+    w = jnp.full((*shape.filter, shape.cin // shape.groups, shape.cout), 0.01, dtype)
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
+                  dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
+    conv = lax.conv_general_dilated if impl == "lax" else winrs_jax.conv
+
+    def loss(x: jax.Array, w: jax.Array, dy: jax.Array) -> jax.Array:
+        return jnp.sum(conv(x, w, **kwargs).astype(jnp.float32) * dy.astype(jnp.float32))
+
+    step = jax.grad(loss, argnums=(0, 1))
+    start = time.perf_counter()
+    jax.block_until_ready(jax.jit(step)(x, w, dy))
+    first = time.perf_counter() - start
+    jax.clear_caches()
+    start = time.perf_counter()
+    jax.jit(step).trace(x, w, dy)
+    retrace = time.perf_counter() - start
+    choice = winrs_jax.plan(x, w, **kwargs).choice if impl != "lax" else ""
+    print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice)))
+
+
+def run(impl: str, layer: str, dtype_name: str, cache: str, jit_cache: str) -> dict:
+    env = dict(os.environ, WINRS_JAX_CACHE_DIR=cache, WINRS_JAX_MODE="auto")
+    if jit_cache == "off":
+        env["CUDA_CACHE_DISABLE"] = "1"
+    done = subprocess.run([sys.executable, __file__, "--child", impl, "--dtype", dtype_name, layer], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{impl} {layer}: {done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("layers", nargs="+")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--jit-cache", choices=("off", "warm"), default="off")
+    parser.add_argument("--child", choices=("lax", "auto"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.layers[0], args.dtype)
+        return
+    for layer in args.layers:
+        cache = tempfile.mkdtemp(prefix="winrs-first-")
+        lax_run = run("lax", layer, args.dtype, cache, args.jit_cache)
+        if args.jit_cache == "warm":
+            lax_run = run("lax", layer, args.dtype, cache, args.jit_cache)
+        new = run("auto", layer, args.dtype, cache, args.jit_cache)
+        cached = run("auto", layer, args.dtype, cache, args.jit_cache)
+        print(json.dumps(dict(
+            layer=layer, dtype=args.dtype, jit_cache=args.jit_cache, lax_first_s=round(lax_run["first_s"], 3),
+            auto_first_s=round(new["first_s"], 3), extra_s=round(new["first_s"] - lax_run["first_s"], 3),
+            cached_first_s=round(cached["first_s"], 3), cached_extra_s=round(cached["first_s"] - lax_run["first_s"], 3),
+            retrace_extra_ms=round(1e3 * (cached["retrace_s"] - lax_run["retrace_s"]), 2),
+            choice=new["choice"].splitlines()[0] if new["choice"] else "",
+        )), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
