@@ -388,6 +388,17 @@ def test_the_layout_is_part_of_the_choice(auto):
     assert len(auto) == 2  # each remembered under its own key
 
 
+def test_a_grouped_layer_run_dense_is_not_its_dense_twin(auto):
+    """A layer of 2 groups of 4 channels runs as the dense 8 -> 6 layer (Plan.dense_groups); its choice is its
+    own, not the one measured for that dense layer."""
+    lhs = jnp.ones((2, 10, 10, 8))
+    dense = winrs_jax.plan(lhs, jnp.ones((3, 3, 8, 6)), (1, 1), "SAME", dimension_numbers=NHWC)
+    grouped = winrs_jax.plan(lhs, jnp.ones((3, 3, 4, 6)), (1, 1), "SAME", dimension_numbers=NHWC,
+                             feature_group_count=2)  # fmt: skip
+    assert grouped.dense_groups == 2 and dense.dense_groups == 1
+    assert len(auto) == 2 and auto[1].layer.rhs_shape == (3, 3, 4, 6)
+
+
 def test_the_measurement_runs_the_callers_layout(monkeypatch):
     """Both timed filter gradients are the caller's: dW in the filter's layout (O x I x H x W here, where WinRS's
     kernels write O x H x W x I), equal to each other; WinRS's includes its transposes."""

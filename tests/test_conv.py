@@ -448,8 +448,8 @@ def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
 @pytest.mark.parametrize(
     "x_shape, w_shape, kwargs",
     [
-        ((2, 12, 13, 24), (3, 3, 12, 6), dict(feature_group_count=2)),  # 12 channels per group: WinRS
-        ((2, 12, 13, 8), (3, 3, 2, 8), dict(feature_group_count=4, window_strides=(2, 2))),
+        ((2, 12, 13, 48), (3, 3, 24, 6), dict(feature_group_count=2)),  # 24 channels per group: stacked
+        ((2, 12, 13, 8), (3, 3, 2, 8), dict(feature_group_count=4, window_strides=(2, 2))),  # dense
         ((2, 12, 13, 8), (3, 3, 1, 8), dict(feature_group_count=8)),  # depthwise
         ((2, 12, 13, 8), (5, 5, 1, 16), dict(feature_group_count=8, rhs_dilation=(2, 1))),  # multiplier 2
         (
@@ -461,8 +461,9 @@ def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
     ids=["groups2", "groups4-strided", "depthwise", "depthwise-m2-dilated", "depthwise-causal-1d"],
 )
 def test_grouped_filter_gradient_matches_lax(rng, x_shape, w_shape, kwargs):
-    """Grouped and depthwise layers: groups of more than 8 input channels run as stacked WinRS problems in one
-    launch, narrower ones on the direct grouped kernels (tests/test_grouped.py)."""
+    """Grouped and depthwise layers: groups of more than 16 input channels run as stacked WinRS problems in one
+    launch, 2 to 16 as the dense layer of all channels, one (depthwise) on the direct grouped kernels
+    (tests/test_grouped.py)."""
     x, w = _operands(rng, x_shape, w_shape)
     args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
     args.update(kwargs)
@@ -472,9 +473,10 @@ def test_grouped_filter_gradient_matches_lax(rng, x_shape, w_shape, kwargs):
     plan = winrs_jax.plan(x, w, **args)
     target = "winrs_backward_filter" if plan.method == "winrs" else "winrs_grouped_filter_grad"
     assert target in _hlo(functools.partial(_grads, winrs_jax.conv, **args), x, w)
-    groups = kwargs["feature_group_count"]
-    assert plan.groups == groups and f"{groups} groups of" in str(plan)
-    assert plan.method == ("winrs" if w_shape[2] > 8 else "direct")
+    groups, group_c = kwargs["feature_group_count"], w_shape[2]
+    assert (plan.groups, plan.dense_groups) == ((1, groups) if 2 <= group_c <= 16 else (groups, 1))
+    assert f"{groups} groups of" in str(plan)
+    assert plan.method == ("direct" if group_c == 1 else "winrs")
 
 
 def test_grouped_three_d_in_ncdhw_matches_lax(rng):

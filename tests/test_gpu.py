@@ -275,9 +275,12 @@ def test_handler_errors_on_gpu():
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16])
 @pytest.mark.parametrize("case", range(len(GROUPED_CASES)))
-def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng):
+def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng, monkeypatch):
     """The CUDA kernel sums the same tasks, splits and warps in the same order as the CPU executor (the 16-bit
-    depthwise cases with 16-byte channel runs by the pipelined kernel)."""
+    depthwise cases with 16-byte channel runs by the pipelined kernel). Groups of 2 to 16 channels would run as
+    the dense layer (test_dense_grouped_layers_on_the_gpu): turned off, as the direct kernels still take them
+    where there are many groups."""
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
     x_shape, filter_hw, multiplier, groups, strides, pads, dilation = GROUPED_CASES[case]
     w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
     scale = 1e-2 if dtype == np.float16 else 1.0
@@ -300,6 +303,24 @@ def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng):
         gpu, cpu, rtol=1e-6 + 2 * rounding[np.dtype(dtype)], atol=1e-6 * np.abs(expected).max()
     )
     assert "winrs_grouped_filter_grad" in jax.jit(fn).lower(x, dy).as_text()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+def test_dense_grouped_layers_on_the_gpu(dtype, rng):
+    """ResNeXt-style groups (32 of 4 channels) run as the dense layer of all channels on the GPU's dense kernels,
+    dW its diagonal blocks: against float64, to the accuracy of the dtype's dense kernels (bf16 operands: the
+    paper's MARE budget for the direct kernel, 3.3e-3)."""
+    x = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
+    dy = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 4, 128), padding="SAME",
+                           dimension_numbers=DN, feature_group_count=32, precision=lax.Precision.HIGHEST,
+                           options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 4, 128), dtype), (1, 1), "SAME", dimension_numbers=DN,
+                          feature_group_count=32, options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.dense_groups == 32
+    got = np.asarray(jax.jit(fn)(jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())), np.float64)
+    expected = grouped_reference(x, dy, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 32)
+    assert mare(got, expected) < (1e-6 if dtype == np.float32 else 3.3e-3)
 
 
 def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):

@@ -49,7 +49,10 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
-def test_direct_grouped_filter_gradient_matches_float64(case, rng):
+def test_direct_grouped_filter_gradient_matches_float64(case, rng, monkeypatch):
+    """The direct kernels on every case (groups of 2 to 16 channels run as the dense layer where it is small
+    enough, so that is turned off here: the direct kernels still take such layers of many groups)."""
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
     x_shape, filter_hw, multiplier, groups, strides, pads, dilation = case
     c = x_shape[3]
     w_shape = (*filter_hw, c // groups, c * multiplier)
@@ -159,11 +162,66 @@ def test_plan_printout_names_the_direct_kernels():
 
 
 def test_wide_groups_stay_on_winrs_gemms(rng):
-    """More than 8 input channels per group: the groups run as stacked WinRS problems."""
-    x = jax.ShapeDtypeStruct((2, 12, 13, 24), jnp.float32)
-    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 12, 6), jnp.float32), (1, 1), "SAME",
+    """More than 16 input channels per group: the groups run as stacked WinRS problems."""
+    x = jax.ShapeDtypeStruct((2, 12, 13, 48), jnp.float32)
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 24, 6), jnp.float32), (1, 1), "SAME",
                           dimension_numbers=NHWC, feature_group_count=2)  # fmt: skip
-    assert plan.method == "winrs" and plan.groups == 2
+    assert plan.method == "winrs" and plan.groups == 2 and plan.dense_groups == 1
+
+
+DENSE_CASES = [
+    # x shape, filter shape (lax's layout), groups, strides, dimension numbers
+    ((2, 12, 13, 16), (3, 3, 4, 8), 4, (1, 1), NHWC),  # 4 groups of 4 -> 2
+    ((2, 12, 13, 16), (3, 3, 2, 32), 8, (2, 2), NHWC),  # 8 groups of 2 -> 4, strided (DWM's pieces)
+    ((2, 32, 12, 13), (32, 16, 3, 3), 2, (1, 1), ("NCHW", "OIHW", "NCHW")),  # 2 groups of 16, NCHW
+    ((3, 40, 12), (24, 4, 5), 3, (1,), ("NWC", "OIW", "NWC")),  # 1D, 3 groups of 4 -> 8
+    ((2, 5, 6, 7, 8), (3, 3, 3, 2, 8), 4, (1, 1, 1), ("NDHWC", "DHWIO", "NDHWC")),  # 3D, 4 groups of 2 -> 2
+]
+
+
+@pytest.mark.parametrize("case", DENSE_CASES, ids=range(len(DENSE_CASES)))
+def test_dense_grouped_layers_match_float64(case, rng):
+    """Groups of 2 to 16 input channels run as the dense layer of all channels, whose dW keeps its diagonal
+    blocks (Plan.dense_groups): against float64 (and lax's result where the reference has no 3D or 1D form)."""
+    x_shape, w_shape, groups, strides, dn = case
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    w = jax.ShapeDtypeStruct(w_shape, jnp.float32)
+    args = dict(window_strides=strides, padding="SAME", dimension_numbers=dn, feature_group_count=groups,
+                precision=lax.Precision.HIGHEST)  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(jax.eval_shape(lambda: lax.conv_general_dilated(
+        x, jnp.zeros(w_shape), **args)).shape), jnp.float32)  # fmt: skip
+    plan = winrs_jax.plan(x, w, **args, options=PlannerOptions(mode="winrs"))
+    assert plan.dense_groups == groups and plan.groups == 1 and plan.method == "winrs"
+    assert f"{groups} groups of" in str(plan) and "diagonal blocks" in str(plan)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **args,
+                                   options=PlannerOptions(mode="winrs")))  # fmt: skip
+    got = np.asarray(fn(x, dy), np.float64)
+    assert "winrs_backward_filter" in fn.lower(x, dy).as_text()
+    x64, dy64 = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    with jax.enable_x64(True):
+        expected = np.asarray(jax.vjp(lambda w: lax.conv_general_dilated(jnp.asarray(x64), w, **args),
+                                      jnp.zeros(w_shape, jnp.float64))[1](jnp.asarray(dy64))[0])  # fmt: skip
+    # FP32 sums of at most a few thousand products of N(0, 1) values: relative to the largest entry, 1e-5.
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_dense_groups_need_few_channels_few_groups_and_little_memory():
+    """The dense layer is taken for 2 to 16 input channels per group, at most 64 groups, and a dense dW within
+    X's and dY's bytes; else the direct kernels (at most 8 channels) or stacked problems."""
+
+    def plan(x_shape, w_shape, groups):
+        return winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.bfloat16), jax.ShapeDtypeStruct(w_shape, jnp.bfloat16),
+                              (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=groups,
+                              options=PlannerOptions(mode="winrs"))  # fmt: skip
+
+    assert plan((64, 56, 56, 128), (3, 3, 4, 128), 32).dense_groups == 32  # ResNeXt-50's first stage
+    assert plan((64, 56, 56, 128), (3, 3, 16, 128), 8).dense_groups == 8
+    wide = plan((64, 7, 7, 1024), (3, 3, 32, 1024), 32)  # 32 channels per group
+    assert (wide.dense_groups, wide.groups) == (1, 32)
+    many = plan((64, 56, 56, 512), (3, 3, 4, 512), 128)  # 128 groups: 128x the work
+    assert (many.dense_groups, many.method) == (1, "direct")
+    big = plan((2, 7, 7, 256), (3, 3, 4, 512), 64)  # a dense dW 30x X's and dY's bytes
+    assert (big.dense_groups, big.method) == (1, "direct")
 
 
 def _grouped_attrs(**overrides):

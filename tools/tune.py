@@ -7,6 +7,7 @@ python tools/tune.py buckets    # time against the bucket count B (chains of seg
 python tools/tune.py atomics    # time against Z with atomic adds -> kAtomicAddsPerSecond
 python tools/tune.py sums       # float32 HIGHEST MARE and time against Z (in-kernel FP32 sum lengths)
 python tools/tune.py waves SHAPE...  # bf16 time against Z near whole waves of resident blocks
+python tools/tune.py grouped DTYPE SHAPE...  # grouped layers: XLA, WinRS's plan, the dense layer's WinRS
 """
 
 import functools
@@ -223,9 +224,42 @@ def waves(texts: list[str]) -> None:
                                   blocks=tiles * plan.segments, slots=slots, ms=round(ms, 4))), flush=True)  # fmt: skip
 
 
+def grouped(dtype_name: str, texts: list[str]) -> None:
+    """Grouped layers: XLA's filter gradient, WinRS's plan (direct sums or stacked groups), and WinRS on the
+    ungrouped layer of all channels (G times the work, on the dense kernels), whose dW holds the grouped one as
+    its diagonal blocks."""
+    import dataclasses
+
+    from winrs_jax.bench import suite
+
+    forced = winrs_jax.PlannerOptions(mode="winrs")
+    for text in texts:
+        shape = suite.Shape.parse(text)
+        x, dy, w, kwargs = suite._layer(shape, dtype_name, np.random.default_rng(0))
+        dense_w = jax.ShapeDtypeStruct((*w.shape[:-2], shape.cin, shape.cout), w.dtype)
+        dense_kwargs = dict(kwargs, feature_group_count=1)
+        grads = suite._filter_grads(w, kwargs)
+        times = {name: time_ms(functools.partial(jax.jit(fn), x, dy), 5, 0) for name, fn in grads.items()}
+        dense = jax.jit(
+            functools.partial(
+                winrs_jax.conv_backward_filter, rhs_shape=dense_w.shape, **dense_kwargs, options=forced
+            )
+        )
+        times["dense"] = time_ms(functools.partial(dense, x, dy), 5, 0)
+        plan = winrs_jax.plan(x, w, **kwargs, options=forced)
+        dense_plan = winrs_jax.plan(x, dense_w, **dense_kwargs, options=forced)
+        print(json.dumps(dict(layer=str(dataclasses.replace(shape, name="")), dtype=dtype_name, method=plan.method,
+                              predicted_ms=round(plan.predicted_seconds * 1e3, 4),
+                              dense_predicted_ms=round(dense_plan.predicted_seconds * 1e3, 4),
+                              **{k: round(v, 4) for k, v in times.items()})), flush=True)  # fmt: skip
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "waves":
         waves(sys.argv[2:])
+        sys.exit()
+    if sys.argv[1] == "grouped":
+        grouped(sys.argv[2], sys.argv[3:])
         sys.exit()
     {
         "variants": variants,

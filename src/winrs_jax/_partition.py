@@ -182,6 +182,17 @@ def run_plan(
     height axis added by a reshape (Layer.unit_height_major, where they reach the FFI call as they are)."""
     if plan.depth[2]:
         return _depth_taps(x, dy, plan, options, stack)
+    if plan.dense_groups > 1:
+        # The dense layer's dW (... x K x FH x FW x C) holds group g's as its block of output channels g K/G ..
+        # and input channels g C/G ..: its G diagonal blocks, output channels group-major as lax's filter.
+        g = plan.dense_groups
+        dw = run_plan(x, dy, dataclasses.replace(plan, dense_groups=1), options, stack, one_d)
+        lead, (k, *taps, c) = dw.shape[:stack], dw.shape[stack:]
+        blocks = dw.reshape(*lead, g, k // g, *taps, g, c // g)
+        diagonal = jax.numpy.diagonal(
+            blocks, axis1=stack, axis2=stack + len(taps) + 2
+        )  # ... x K/G x .. x C/G x G
+        return jax.numpy.moveaxis(diagonal, -1, stack).reshape(*lead, k, *taps, c // g)
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
                                         "direct", plan.strides, plan.dilation, plan.groups, one_d))  # fmt: skip

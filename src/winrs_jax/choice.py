@@ -520,6 +520,8 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             strides=plan.strides, dilation=plan.dilation, groups=plan.groups,
             batch_groups=plan.batch_groups, method=plan.method,
             timing="repeated",  # decisions timed call by call (before repeated_calls) are measured again
+            # A grouped layer run as its dense layer: else its key would be that dense layer's (older keys kept).
+            **({"dense_groups": plan.dense_groups} if plan.dense_groups > 1 else {}),
         ),
         sort_keys=True,
     )  # fmt: skip

@@ -215,6 +215,10 @@ class Plan:
     # N / B images of X (lax's grouping). Everything above describes the ungrouped layer (all N images and K
     # output channels), which runs with a block-diagonal dY (_partition.run_plan): B times the groups' work.
     batch_groups: int = 1
+    # A layer of G feature groups with a few input channels per group, run as the dense layer of all C -> K
+    # channels (G times the groups' work on the dense kernels) whose dW keeps its diagonal blocks: everything
+    # above describes the dense layer (dense_groups_plan says when).
+    dense_groups: int = 1
     # "winrs", or "direct" for a grouped layer with few input channels per group (winrs/grouped.h): each GPU
     # thread sums a tile of filter taps (rows, columns) of one output channel directly over the batch, rows and
     # columns, reading strides, dilation and padding in place; the sum is split into `splits` parts added at
@@ -260,6 +264,9 @@ class Plan:
         if self.batch_groups > 1:  # dY has N / B images
             x, dy, dw = dataclasses.replace(self, batch_groups=1).canonical_shapes()
             return x, (dy[0] // self.batch_groups, *dy[1:]), dw
+        if self.dense_groups > 1:  # dW: one group's input channels
+            x, dy, dw = dataclasses.replace(self, dense_groups=1).canonical_shapes()
+            return x, dy, (*dw[:-1], dw[-1] // self.dense_groups)
         if self.groups > 1:
             x, dy, dw = dataclasses.replace(self, groups=1).canonical_shapes()
             g = self.groups
@@ -305,6 +312,13 @@ class Plan:
             grouped = (f"  grouped    {b} groups of the batch ({n // b} images -> {k // b} output channels each): run "
                        f"as the layer below with a block-diagonal dY (each image's dY zero outside its group's "
                        f"channels: {b}x the groups' work and dY's size)")  # fmt: skip
+            return "\n".join([lines[0], grouped, *lines[1:]])
+        if self.dense_groups > 1:
+            (c, k), g = self.channels, self.dense_groups
+            lines = str(dataclasses.replace(self, dense_groups=1)).split("\n")
+            grouped = (f"  grouped    {g} groups of {c // g} -> {k // g} channels: run as the layer below of all "
+                       f"{c} -> {k} channels, whose dW keeps its {g} diagonal blocks ({g}x the groups' work, on "
+                       "the dense kernels)")  # fmt: skip
             return "\n".join([lines[0], grouped, *lines[1:]])
         if self.groups > 1:
             (c, k), g = self.channels, self.groups
@@ -590,6 +604,13 @@ def make_plan(
         if not dense.supported:
             return dataclasses.replace(dense, reason=f"{b} batch groups: {dense.reason}")
         return dataclasses.replace(dense, batch_groups=b)
+    if groups > 1 and dense_groups_plan(in_c, groups, lhs_shape, rhs_shape, dn, dtype):
+        rhs_dense = list(rhs_shape)
+        rhs_dense[dn.rhs_spec[1]] = in_c
+        dense = make_plan(lhs_shape, tuple(rhs_dense), dtype, dataclasses.replace(spec, feature_group_count=1),
+                          options)  # fmt: skip
+        if dense.supported:
+            return dataclasses.replace(dense, dense_groups=groups)
     if groups > 1 and direct is None:
         # G independent problems of C / G -> K / G channels, stacked in one launch.
         lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)
@@ -671,6 +692,34 @@ def _plan_2d(
                                reference, options)  # fmt: skip
         return pieces if pieces.supported else best
     return best
+
+
+# Grouped layers of 2 to DENSE_MAX_GROUP_CHANNELS input channels per group and at most DENSE_MAX_GROUPS groups run
+# as the dense layer of all channels (Plan.dense_groups): G times the work, but on the dense kernels. On an H100
+# (tools/tune.py grouped, 2026-11-24, ms) bf16 3x3 64:56:128 g32 took 1.385 on the direct kernels and 0.127 so
+# (XLA 0.144), g64 0.738 and 0.127 (XLA 0.760), 64:28:256 g32 1.285 and 0.128, 128:28:192 g24 1.94 and 0.362,
+# 32:56:256 g64 1.366 and 0.266; with 16 channels per group, 64:56:128 g8 0.568 stacked and 0.128 so, 64:14:512
+# g32 0.198 and 0.149; with 32, 64:7:1024 g32 0.078 stacked and 0.174 so (not taken). In float32 at the default
+# precision 3x3 64:56:128 g32 0.942 direct and 0.478 so, 64:28:256 g32 0.918 and 0.475; at HIGHEST 0.950 and
+# 0.836, 0.934 and 0.898. The dense dW (float32) may take at most DENSE_MAX_DW_SHARE of X's and dY's bytes.
+DENSE_MAX_GROUP_CHANNELS = 16
+DENSE_MAX_GROUPS = 64
+DENSE_MAX_DW_SHARE = 1.0
+
+
+def dense_groups_plan(
+    in_c: int, groups: int, lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dn: Any, dtype: Any
+) -> bool:
+    """Whether a layer of `groups` feature groups runs as the dense layer of all its channels (above)."""
+    group_c = in_c // groups
+    if not 2 <= group_c <= DENSE_MAX_GROUP_CHANNELS or groups > DENSE_MAX_GROUPS:
+        return False
+    out_c = rhs_shape[dn.rhs_spec[0]]
+    filter_elems = int(np.prod([rhs_shape[d] for d in dn.rhs_spec[2:]]))
+    batch, spatial = lhs_shape[dn.lhs_spec[0]], int(np.prod([lhs_shape[d] for d in dn.lhs_spec[2:]]))
+    # dY is about as large as X per channel (stride 1); an upper bound is not needed for a share.
+    activations = np.dtype(dtype).itemsize * batch * spatial * (in_c + out_c)
+    return 4 * out_c * in_c * filter_elems <= DENSE_MAX_DW_SHARE * activations
 
 
 # The most input channels per group the direct grouped kernels take (depthwise layers have 1, ResNeXt's 4 to

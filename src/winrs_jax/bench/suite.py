@@ -223,7 +223,8 @@ SUITE_DILATED = [
 ]
 
 # Grouped and depthwise layers (issue 9): Mamba's causal depthwise conv1d, a depthwise conv1d, RepLKNet's 31x31,
-# ConvNeXt's 7x7 and MobileNet's 3x3 depthwise layers, ResNeXt's 32-group 3x3.
+# ConvNeXt's 7x7 and MobileNet's 3x3 depthwise layers, ResNeXt-50's 32-group 3x3 of its first three stages, and
+# a RegNet-style group width of 8.
 SUITE_GROUPED = [
     dataclasses.replace(Shape.conv1d(16, 2048, 2048, 4, "Mamba depthwise conv1d k=4"), groups=2048),
     dataclasses.replace(Shape.conv1d(32, 1024, 512, 5, "depthwise conv1d k=5"), groups=512),
@@ -231,6 +232,9 @@ SUITE_GROUPED = [
     dataclasses.replace(Shape.square(64, 28, 256, 7, "ConvNeXt depthwise 7x7"), groups=256),
     dataclasses.replace(Shape.square(64, 56, 128, 3, "MobileNet depthwise 3x3"), groups=128),
     dataclasses.replace(Shape.square(64, 56, 128, 3, "ResNeXt 32 groups 3x3"), groups=32),
+    dataclasses.replace(Shape.square(64, 28, 256, 3, "ResNeXt 32 groups 3x3, stage 2"), groups=32),
+    dataclasses.replace(Shape.square(64, 14, 512, 3, "ResNeXt 32 groups 3x3, stage 3"), groups=32),
+    dataclasses.replace(Shape.square(128, 28, 192, 3, "RegNet group width 8"), groups=24),
     dataclasses.replace(
         Shape.square(128, 112, 96, 3, "MobileNetV2 depthwise 3x3 stride 2"), groups=96, stride=2
     ),
