@@ -8,8 +8,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 ROOT="$(pwd)"
 kernel_check() { ls "$ROOT"/build/*/kernel_check 2>/dev/null | head -1; }
-bench() {  # bench NAME ARGS...: python -m winrs_jax.bench from outside the source tree
-  local name="$1"; shift
+bench() {  # bench NAME ARGS...: python -m winrs_jax.bench from outside the source tree (NAME-DTYPE with --dtype)
+  local dtype; dtype="$(echo "$*" | sed -n 's/.*--dtype \([a-z0-9_]*\).*/\1/p')"
+  local name="$1${dtype:+-$dtype}"; shift
   (cd /tmp && python3 -m winrs_jax.bench "$@" --json "$OUT/$name.jsonl" --plot "$OUT/$name.png" \
     2>/tmp/bench-stderr.log | tee "$OUT/$name.txt"); tail -3 /tmp/bench-stderr.log
 }
