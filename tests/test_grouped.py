@@ -182,7 +182,7 @@ DENSE_CASES = [
 @pytest.mark.parametrize("case", DENSE_CASES, ids=range(len(DENSE_CASES)))
 def test_dense_grouped_layers_match_float64(case, rng):
     """Groups of 2 to 16 input channels run as the dense layer of all channels, whose dW keeps its diagonal
-    blocks (Plan.dense_groups): against float64 (and lax's result where the reference has no 3D or 1D form)."""
+    blocks (Plan.dense_groups): against lax's filter gradient in float64, in every rank, layout and stride."""
     x_shape, w_shape, groups, strides, dn = case
     x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
     w = jax.ShapeDtypeStruct(w_shape, jnp.float32)

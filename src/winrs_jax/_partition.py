@@ -189,9 +189,8 @@ def run_plan(
         dw = run_plan(x, dy, dataclasses.replace(plan, dense_groups=1), options, stack, one_d)
         lead, (k, *taps, c) = dw.shape[:stack], dw.shape[stack:]
         blocks = dw.reshape(*lead, g, k // g, *taps, g, c // g)
-        diagonal = jax.numpy.diagonal(
-            blocks, axis1=stack, axis2=stack + len(taps) + 2
-        )  # ... x K/G x .. x C/G x G
+        # ... x K/G x FH x FW x C/G x G: the blocks where the output and input groups are the same.
+        diagonal = jax.numpy.diagonal(blocks, axis1=stack, axis2=stack + len(taps) + 2)
         return jax.numpy.moveaxis(diagonal, -1, stack).reshape(*lead, k, *taps, c // g)
     if plan.method == "direct":
         return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,

@@ -695,13 +695,13 @@ def _plan_2d(
 
 
 # Grouped layers of 2 to DENSE_MAX_GROUP_CHANNELS input channels per group and at most DENSE_MAX_GROUPS groups run
-# as the dense layer of all channels (Plan.dense_groups): G times the work, but on the dense kernels. On an H100
-# (tools/tune.py grouped, 2026-11-24, ms) bf16 3x3 64:56:128 g32 took 1.385 on the direct kernels and 0.127 so
-# (XLA 0.144), g64 0.738 and 0.127 (XLA 0.760), 64:28:256 g32 1.285 and 0.128, 128:28:192 g24 1.94 and 0.362,
-# 32:56:256 g64 1.366 and 0.266; with 16 channels per group, 64:56:128 g8 0.568 stacked and 0.128 so, 64:14:512
-# g32 0.198 and 0.149; with 32, 64:7:1024 g32 0.078 stacked and 0.174 so (not taken). In float32 at the default
-# precision 3x3 64:56:128 g32 0.942 direct and 0.478 so, 64:28:256 g32 0.918 and 0.475; at HIGHEST 0.950 and
-# 0.836, 0.934 and 0.898. The dense dW (float32) may take at most DENSE_MAX_DW_SHARE of X's and dY's bytes.
+# as the dense layer of all channels (Plan.dense_groups): G times the work, but on the dense kernels. Measured on an
+# H100 (tools/tune.py grouped, 2026-11-24; ms on the direct kernels or stacked groups, then as the dense layer):
+# bf16 3x3 64:56:128 g32 1.385 / 0.127 (XLA 0.144), g64 0.738 / 0.127 (XLA 0.760), 64:28:256 g32 1.285 / 0.128,
+# 128:28:192 g24 1.94 / 0.362, 32:56:256 g64 1.366 / 0.266; 16 channels per group: 64:56:128 g8 0.568 / 0.128,
+# 64:14:512 g32 0.198 / 0.149; 32 channels: 64:7:1024 g32 0.078 / 0.174 (so not taken). float32 DEFAULT: 3x3
+# 64:56:128 g32 0.942 / 0.478, 64:28:256 g32 0.918 / 0.475; HIGHEST 0.950 / 0.836, 0.934 / 0.898. The dense dW
+# (float32) may take at most DENSE_MAX_DW_SHARE of X's and dY's bytes.
 DENSE_MAX_GROUP_CHANNELS = 16
 DENSE_MAX_GROUPS = 64
 DENSE_MAX_DW_SHARE = 1.0
@@ -717,7 +717,7 @@ def dense_groups_plan(
     out_c = rhs_shape[dn.rhs_spec[0]]
     filter_elems = int(np.prod([rhs_shape[d] for d in dn.rhs_spec[2:]]))
     batch, spatial = lhs_shape[dn.lhs_spec[0]], int(np.prod([lhs_shape[d] for d in dn.lhs_spec[2:]]))
-    # dY is about as large as X per channel (stride 1); an upper bound is not needed for a share.
+    # X's and dY's bytes, dY counted at X's spatial size (exact at stride 1, an over-count for strided layers).
     activations = np.dtype(dtype).itemsize * batch * spatial * (in_c + out_c)
     return 4 * out_c * in_c * filter_elems <= DENSE_MAX_DW_SHARE * activations
 
