@@ -189,11 +189,9 @@ def _resident_tiles(plan: winrs_jax.Plan) -> tuple[int, int]:
     return tiles, 132 * (1 if (columns, block_oc) == (3, 128) else 2)
 
 
-def _timed_at(shape: object, z: int | None) -> tuple[winrs_jax.Plan, float]:
-    """bf16 WinRS on one layer (the bench's inputs) with Z segments (None: the planner's)."""
-    from winrs_jax.bench import suite
-
-    x, dy, w, kwargs = suite._layer(shape, "bf16", np.random.default_rng(0))
+def _timed_at(layer: tuple, z: int | None) -> tuple[winrs_jax.Plan, float]:
+    """bf16 WinRS on one layer (suite._layer's inputs and arguments) with Z segments (None: the planner's)."""
+    x, dy, w, kwargs = layer
     opts = winrs_jax.PlannerOptions(mode="winrs", segments=z)
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts))
     return winrs_jax.plan(x, w, **kwargs, options=opts), time_ms(functools.partial(fn, x, dy), 5, 0)
@@ -207,7 +205,10 @@ def waves(texts: list[str]) -> None:
 
     for text in texts:
         shape = suite.Shape.parse(text)
-        base, base_ms = _timed_at(shape, None)
+        layer = suite._layer(
+            shape, "bf16", np.random.default_rng(0)
+        )  # made once: a large layer's take seconds
+        base, base_ms = _timed_at(layer, None)
         tiles, slots = _resident_tiles(base)
         z0 = base.segments
         candidates = {max(1, round(z0 * f)) for f in (0.5, 0.75, 1.25, 1.5, 2)}
@@ -216,7 +217,7 @@ def waves(texts: list[str]) -> None:
         print(json.dumps(dict(layer=str(shape), planner=True, segments=z0, blocks=tiles * z0, slots=slots,
                               ms=round(base_ms, 4))), flush=True)  # fmt: skip
         for z in sorted(c for c in candidates if c <= 4 * z0 + 8):
-            plan, ms = _timed_at(shape, z)
+            plan, ms = _timed_at(layer, z)
             if plan.segments in seen:
                 continue
             seen.add(plan.segments)

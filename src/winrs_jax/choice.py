@@ -346,12 +346,15 @@ def repeat_count(
     takes REPEAT_S or more."""
     first = _single(fn, x, dy)
     out = first().block_until_ready()  # the first call may load the module; its result gives dW's bytes
-    repeats = min(
-        MAX_REPEATS,
-        math.ceil(REPEAT_S / per_call_estimate(first)[0]),
-        MAX_REPEAT_OUTPUT_BYTES // max(1, out.nbytes),
+    return first, _repeats_for(per_call_estimate(first)[0], out.nbytes)
+
+
+def _repeats_for(per_call_s: float, out_bytes: int) -> int:
+    """Applications that make REPEAT_S of work at per_call_s each, at most MAX_REPEATS and
+    MAX_REPEAT_OUTPUT_BYTES of results of out_bytes each; at least one."""
+    return max(
+        1, min(MAX_REPEATS, math.ceil(REPEAT_S / per_call_s), MAX_REPEAT_OUTPUT_BYTES // max(1, out_bytes))
     )
-    return first, max(1, repeats)
 
 
 def _on_gpu() -> bool:
@@ -368,11 +371,7 @@ def model_repeats(plan: Plan, rhs_shape: tuple[int, ...]) -> int | None:
     long the timing takes, not what it measures (times divide by the count; a clear loser is timed once)."""
     if not _on_gpu() or plan.predicted_seconds <= 0:
         return None
-    out_bytes = 4 * math.prod(rhs_shape)
-    return max(
-        1,
-        min(MAX_REPEATS, math.ceil(REPEAT_S / plan.predicted_seconds), MAX_REPEAT_OUTPUT_BYTES // out_bytes),
-    )
+    return _repeats_for(plan.predicted_seconds, 4 * math.prod(rhs_shape))
 
 
 def repeated_programs(
