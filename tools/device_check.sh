@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|sass|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -84,12 +84,26 @@ for stage in "$@"; do
         done
       done ;;
     mix)
-      # Dynamic instruction mix of the first kernel of one layer, and its SASS.
-      layer="${PROFILE_LAYERS:-32:56:256:3}"
-      (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
-        --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
-        python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/mix.txt" 2>&1
-      grep -A3 "sass__inst_executed_per_opcode\|inst_executed.sum" "$OUT/mix.txt" | cut -c1-3000 ;;
+      # Dynamic instruction mix of the first kernel of each layer (PROFILE_ARGS: profile_layer's flags, e.g.
+      # --kernels=3,2 to force a pair).
+      for layer in ${PROFILE_LAYERS:-32:56:256:3}; do
+        (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
+          --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max,gpu__time_duration.sum \
+          --print-metric-instances values \
+          python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} winrs ${PROFILE_ARGS:-}) \
+          >"$OUT/mix-${layer//:/-}.txt" 2>&1
+        grep -E "kernels |omega_kernel|sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed|duration" \
+          "$OUT/mix-${layer//:/-}.txt" | cut -c1-3000
+      done ;;
+    sass)
+      # The SASS of the kernels whose mangled names match SASS_MATCH (default: Omega_8(3, 6) and Omega_8(7, 2) in
+      # bf16, register staging), one file each.
+      lib="$(cd /tmp && python3 -c 'import winrs_jax._winrs as m; print(m.__file__)')"
+      cuobjdump -sass "$lib" >/tmp/all.sass 2>&1
+      for match in ${SASS_MATCH:-OmegaConfigILi3ELNS_4PathE3ELb0ELb0E OmegaConfigILi7ELNS_4PathE3ELb0ELb0E}; do
+        awk -v m="$match" '/Function :/ {on = index($0, m) > 0} on' /tmp/all.sass >"$OUT/sass-$match.txt"
+        echo "$match: $(wc -l <"$OUT/sass-$match.txt") lines"
+      done ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do  # Shape.parse's forms, e.g. 64:56:128:3:g128
         (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 \

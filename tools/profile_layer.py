@@ -9,7 +9,8 @@ PyTorch's profiler (CUPTI, which sees the kernels XLA launches too), each kernel
 process ended in a segmentation fault under ncu. "--rank3": a layer of height 1 as a true 1D one (NWC operands,
 as a 1D model has them; the bench's 1D layers are 2D of height 1). "--hlo": print the compiled program's entry
 computation. "--repeats=N": N filter gradients in one program, as auto mode and the bench time them (with ncu's
---launch-skip, N launches per call).
+--launch-skip, N launches per call). "--kernels=A,B": force the kernel pair (indices into variants()), e.g.
+"--kernels=3,2" runs Omega_8(3, 6) on a 3x3 layer where the planner picks the direct kernel.
 """
 
 import sys
@@ -34,7 +35,9 @@ def main() -> None:
     w = jax.ShapeDtypeStruct((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
-    options = winrs_jax.PlannerOptions(mode="winrs")
+    pair = next((a.split("=")[1] for a in sys.argv if a.startswith("--kernels=")), None)
+    kernels = tuple(int(k) for k in pair.split(",")) if pair else None
+    options = winrs_jax.PlannerOptions(mode="winrs", kernels=kernels)
     if "--rank3" in sys.argv and shape.h == 1 and shape.fh == 1 and shape.rank == 2:
         x, dy, w = x[:, 0], dy[:, 0], jax.ShapeDtypeStruct(w.shape[1:], dtype)
         kwargs.update(window_strides=kwargs["window_strides"][1:], rhs_dilation=kwargs["rhs_dilation"][1:],
@@ -64,7 +67,7 @@ def main() -> None:
         print(text[text.index("ENTRY") :])
     for _ in range(3):
         call().block_until_ready()
-    if "--kernels" in sys.argv:
+    if "--kernels" in sys.argv:  # the flag alone; --kernels=A,B forces the pair
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
