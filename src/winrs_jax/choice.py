@@ -182,8 +182,9 @@ class DecisionCache:
 DECISIONS = DecisionCache()
 
 
-# WinRS is chosen only when it measured at least 5% faster: two timings closer than that are noise (the same
-# layer measured again may swap them), and a user loses more from a wrong WinRS than from a missed 5%.
+# WinRS is chosen only when it measured at least 5% faster than XLA's best sample (_time_all): two timings closer
+# than that are noise (the same layer measured again may swap them), and a user loses more from a wrong WinRS than
+# from a missed 5%.
 WINRS_MARGIN = 0.95
 
 
@@ -222,12 +223,16 @@ def _time_ms(fn: Callable[[], jax.Array], budget_s: float = 0.25) -> float:
 def _time_all(
     fns: list[Callable[[], jax.Array]], budget_s: float = 0.2, gradients_per_call: int = 1
 ) -> list[float]:
-    """Median milliseconds per call of XLA's (first) and WinRS's candidates (all compiled), their samples taken in
-    turn so that the GPU's clock ramp and other drift weigh on all alike (timing one, then the other, once chose a
-    WinRS that ran at 0.62x). A WinRS warm call (per_call_estimate) over three times XLA's is its answer: more
-    samples of a clear loser only delay the trace. The budget: 0.2 s of samples (ten rounds of two candidates),
-    where 0.4 s had taken 0.28-0.32 s of 1.0-1.2 s bf16 first choices on an H100 (2026-11-24) for samples of
-    programs whose every call runs REPEAT_S of work. `gradients_per_call` (repeated_calls) divides the samples in the
+    """Milliseconds per call of XLA's (first) and WinRS's candidates (all compiled): XLA's fastest sample, WinRS's
+    median, their samples taken in turn so that the GPU's clock ramp and other drift weigh on all alike (timing one,
+    then the other, once chose a WinRS that ran at 0.62x). XLA's best, not its median: its filter gradient can run at
+    two speeds in one compiled program (a float32 HIGHEST grouped layer's samples read 0.89-0.93 ms with two at 0.67,
+    its bench program 0.72; against the median auto chose a WinRS of 0.82 ms, 0.87x). Over the 314 choices the bench
+    recorded (docs/*.jsonl, H100, 2026-11-22 to 24) the median picked that one loser; XLA's best picks none and misses
+    one win of 1.10x. WinRS must beat XLA at its best. A WinRS warm call (per_call_estimate) over three times XLA's is
+    its answer: more samples of a clear loser only delay the trace. The budget: 0.2 s of samples (ten rounds of two
+    candidates), where 0.4 s had taken 0.28-0.32 s of 1.0-1.2 s bf16 first choices on an H100 (2026-11-24) for samples
+    of programs whose every call runs REPEAT_S of work. `gradients_per_call` (repeated_calls) divides the samples in the
     debug log, which gives ms per filter gradient."""
     estimates: list[tuple[float, int]] = []
     for fn in fns:
@@ -251,7 +256,7 @@ def _time_all(
         for i in sampled:
             samples[i].append(sample_ms(fns[i], calls[i]))
     for i in sampled:
-        result[i] = statistics.median(samples[i])
+        result[i] = min(samples[i]) if i == 0 else statistics.median(samples[i])
     if _LOG.isEnabledFor(logging.DEBUG):  # the bench records them beside its own timings
         _LOG.debug(
             "auto's samples, ms per filter gradient: %s",
