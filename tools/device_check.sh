@@ -53,7 +53,7 @@ for stage in "$@"; do
       (cd /tmp && python3 "$ROOT/tools/accuracy.py" --gpu ${ACCURACY_SUITES:-paper}) 2>&1 \
         | tee "$OUT/accuracy-gpu.jsonl" | tail -6 ;;
     tune)
-      (cd /tmp && python3 "$ROOT/tools/tune.py" variants) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
+      (cd /tmp && python3 "$ROOT/tools/tune.py" variants ${TUNE_PATHS:-}) 2>&1 | tee "$OUT/tune.jsonl" | tail -70 ;;
     tune-highest)
       (cd /tmp && python3 "$ROOT/tools/tune.py" highest) 2>&1 | tee "$OUT/tune-highest.jsonl" | grep geomean ;;
     tune-buckets)
@@ -110,9 +110,10 @@ for stage in "$@"; do
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
           --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
           --section ComputeWorkloadAnalysis \
-          python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/ncu-${layer//:/-}.txt" 2>&1
-        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
-          "$OUT/ncu-${layer//:/-}.txt" | head -30
+          python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} winrs ${PROFILE_ARGS:-}) \
+          >"$OUT/ncu-${layer//:/-}${PROFILE_TAG:-}.txt" 2>&1
+        grep -E "omega_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
+          "$OUT/ncu-${layer//:/-}${PROFILE_TAG:-}.txt" | head -30
       done ;;
     breakdown)
       # Every kernel of one filter gradient, WinRS's and XLA's, with its time, from PyTorch's profiler (CUPTI; XLA's

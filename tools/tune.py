@@ -1,6 +1,6 @@
 """Measurements that set the planner's constants on a GPU (run from outside the source tree).
 
-python tools/tune.py variants   # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
+python tools/tune.py variants [PATH...]  # GEMM TFLOP/s of each kernel alone on each path -> KernelShape::gemm_tflops
 python tools/tune.py highest    # the same for the FP32 and split-TF32 paths, geomean over three layer shapes
 python tools/tune.py segments   # time against the baseline segment count Z^ -> kWaves
 python tools/tune.py buckets    # time against the bucket count B (chains of segments) and atomic adds
@@ -258,6 +258,9 @@ def grouped(dtype_name: str, texts: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "waves":
         waves(sys.argv[2:])
+        sys.exit()
+    if sys.argv[1] == "variants" and len(sys.argv) > 2:  # some paths only: tune.py variants bf16 tf32
+        variants(tuple(sys.argv[2:]))
         sys.exit()
     if sys.argv[1] == "grouped":
         grouped(sys.argv[2], sys.argv[3:])
