@@ -14,12 +14,19 @@ namespace winrs::cuda {
 inline constexpr int kThreads = 256;  // 8 warps
 inline constexpr int kWarps = kThreads / 32;
 
-// Channels per chunk of the staging: at least 16 bytes of the storage type and enough that one load phase
-// covers a step (K units of B_N + B_M channels) with the block's threads, halved (one more load phase) while
-// a thread's raw registers for a chunk (max(alpha, r) columns) would pass 32 (16 under the 128-register cap
-// of two blocks per SM). One phase keeps all of a step's loads in flight during the whole GEMM: on split TF32
-// a 16-register bound (two phases) measured 12-17% slower than this one.
-constexpr int chunk_channels(int storage_bytes, int columns, int step_channels, int blocks_per_sm) {
+// Load phases for `chunks` chunks per step: a power of two, so that the GEMM splits evenly into parts.
+constexpr int chunk_phases(int chunks) {
+  int p = 1;
+  while (p * kThreads < chunks) p *= 2;
+  return p;
+}
+
+// Channels per chunk of the staging with one width for both sides: at least 16 bytes of the storage type and
+// enough that one load phase covers a step (K units of B_N + B_M channels) with the block's threads, halved
+// (one more load phase) while a thread's raw registers for a chunk (max(alpha, r) columns) would pass 32 (16
+// under the 128-register cap of two blocks per SM). One phase keeps all of a step's loads in flight during
+// the whole GEMM: on split TF32 a 16-register bound (two phases) measured 12-17% slower than this one.
+constexpr int uniform_chunk(int storage_bytes, int columns, int step_channels, int blocks_per_sm) {
   const int budget = (blocks_per_sm > 1 ? 16 : 32) * 4;  // bytes
   int v = 16 / storage_bytes;
   while (v * kThreads < step_channels) v *= 2;
@@ -27,11 +34,32 @@ constexpr int chunk_channels(int storage_bytes, int columns, int step_channels, 
   return v;
 }
 
-// Load phases for `chunks` chunks per step: a power of two, so that the GEMM splits evenly into parts.
-constexpr int chunk_phases(int chunks) {
-  int p = 1;
-  while (p * kThreads < chunks) p *= 2;
-  return p;
+// Channels per chunk of each side, the dY side's (r columns per chunk) and the X side's (alpha columns): the
+// load phases of the uniform width, and within them the fewest elements in the largest chunk, since the block
+// waits at its barrier for its slowest thread. The uniform width had left a quarter of the threads of the
+// alpha-4 bf16 kernels (128 x 64 channels) without a chunk and the X side's threads with twice the dY side's
+// elements: the warps stalled at the step's barrier in 32% of their cycles (Nsight Compute, Omega_4(3, 2) on
+// 3x3 32:56:256, H100, 2026-11-24). The dY side's chunks come first in a step and fill whole warps.
+struct ChunkWidths {
+  int filter, input;
+};
+constexpr ChunkWidths chunk_widths(int storage_bytes, int r, int alpha, int bn, int bm, int k,
+                                   int blocks_per_sm) {
+  const int uniform = uniform_chunk(storage_bytes, alpha > r ? alpha : r, k * (bn + bm), blocks_per_sm);
+  const int phases = chunk_phases(k * bn / uniform + k * bm / uniform);
+  ChunkWidths best{uniform, uniform};
+  int best_elements = uniform * (alpha > r ? alpha : r);
+  for (int f = 1; f <= bn; f *= 2) {
+    if (bn % f != 0 || (k * bn / f) % 32 != 0) continue;
+    for (int i = 1; i <= bm; i *= 2) {
+      const int elements = f * r > i * alpha ? f * r : i * alpha;
+      if (bm % i == 0 && chunk_phases(k * bn / f + k * bm / i) <= phases && elements < best_elements) {
+        best = {f, i};
+        best_elements = elements;
+      }
+    }
+  }
+  return best;
 }
 
 // Rounds of the output transform (Algorithm 3, lines 12-18) whose As[alpha][rows / R][out_stride] floats fit
@@ -60,20 +88,21 @@ struct OmegaConfig {
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
 
-  // Staging (staging.cuh). Chunks: a step's K units are cut into chunks of `chunk` consecutive channels of
-  // one unit's dY rows (B_N / chunk per unit, numbered first) or X tile (B_M / chunk per unit); thread t
-  // takes chunk phase * 256 + t in each load phase. Units: each warp takes one unit per phase, each thread FC
-  // dY and IC X channels of it. Measured on an H100 (2026-11-22, Nsight Compute at locked clocks): chunks
-  // made the bf16 kernels 1.24-1.36x and TF32 1.06-1.12x faster, but split TF32 and FP32 7-12% slower (whose
-  // extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
+  // Staging (staging.cuh). Chunks: a step's K units are cut into chunks of consecutive channels of one
+  // unit's dY rows (B_N / filter_chunk per unit, numbered first) or X tile (B_M / input_chunk per unit);
+  // thread t takes chunk phase * 256 + t in each load phase. Units: each warp takes one unit per phase, each
+  // thread FC dY and IC X channels of it. Measured on an H100 (2026-11-22, Nsight Compute at locked clocks):
+  // chunks made the bf16 kernels 1.24-1.36x and TF32 1.06-1.12x faster, but split TF32 and FP32 7-12% slower
+  // (whose extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
   static constexpr bool chunked = P != Path::kFp32 && P != Path::kTf32x3;
-  static constexpr int step_channels = K * (BN + BM);
-  static constexpr int chunk =
-      chunk_channels(storage_bytes(P), alpha > r ? alpha : r, step_channels, blocks_per_sm);
-  static constexpr int filter_chunks = K * BN / chunk, chunks = filter_chunks + K * BM / chunk;
+  static constexpr ChunkWidths chunk_width =
+      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm);
+  static constexpr int filter_chunk = chunk_width.filter, input_chunk = chunk_width.input;
+  static constexpr int filter_chunks = K * BN / filter_chunk, chunks = filter_chunks + K * BM / input_chunk;
   static constexpr int FC = BN / 32, IC = BM / 32;
   static constexpr int phases = chunked ? chunk_phases(chunks) : K / kWarps;
-  static_assert(!chunked || (BN % chunk == 0 && BM % chunk == 0 && filter_chunks % 32 == 0),
+  static_assert(!chunked || (filter_chunk > 0 && BN % filter_chunk == 0 && BM % input_chunk == 0 &&
+                             filter_chunks % 32 == 0),
                 "a warp stages one side");
   static_assert(chunked || (FC * 32 == BN && IC * 32 == BM && FC <= 4 && IC <= 4 && K % kWarps == 0));
 

@@ -77,15 +77,17 @@ __device__ __forceinline__ void store_input_rows(const Channels<P, T> (&raw)[N],
       [](const float (&tile)[C::alpha], float (&out)[C::alpha]) { C::Tile::input(tile, out); });
 }
 
-// Chunk staging: in each load phase a thread stages one chunk (OmegaConfig): `chunk` consecutive channels of
-// one unit's dY rows or of its X tile, read with vector loads of up to 16 bytes per column. Its unit's
-// position is a cursor that moves on by K units per step.
+// Chunk staging: in each load phase a thread stages one chunk (OmegaConfig): filter_chunk consecutive
+// channels of one unit's dY rows or input_chunk of its X tile, read with vector loads of up to 16 bytes per
+// column. Its unit's position is a cursor that moves on by K units per step.
 template <class C>
 struct ChunkStager : StagingGeometry {
   using T = typename C::Storage;
   using Smem = typename C::Smem;
   using Tile = typename C::Tile;
-  static constexpr int kColumns = C::alpha > C::r ? C::alpha : C::r;
+  static constexpr int kFilterElements = C::filter_chunk * C::r, kInputElements = C::input_chunk * C::alpha;
+  using FilterRaw = Channels<C::filter_chunk, T>[C::r];
+  using InputRaw = Channels<C::input_chunk, T>[C::alpha];
 
   struct Slot {   // this thread's chunk in one load phase
     bool active;  // fewer chunks than threads in the last phase
@@ -101,7 +103,13 @@ struct ChunkStager : StagingGeometry {
   bool vectors;  // both channel counts and base pointers allow the chunk-wide loads
   UnitWalk walk;
   Slot slots[C::phases];
-  Channels<C::chunk, T> raw[kColumns];  // the current phase's chunk, as loaded
+  // The current phase's chunk, as loaded: r columns of filter_chunk channels or alpha of input_chunk, in the
+  // same registers.
+  Channels<(kFilterElements > kInputElements ? kFilterElements : kInputElements), T> raw;
+  __device__ FilterRaw& filter_raw() { return reinterpret_cast<FilterRaw&>(raw); }
+  __device__ const FilterRaw& filter_raw() const { return reinterpret_cast<const FilterRaw&>(raw); }
+  __device__ InputRaw& input_raw() { return reinterpret_cast<InputRaw&>(raw); }
+  __device__ const InputRaw& input_raw() const { return reinterpret_cast<const InputRaw&>(raw); }
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
@@ -109,10 +117,12 @@ struct ChunkStager : StagingGeometry {
     input = x;
     init_geometry(p, work);
     oc0 = work.oc0, ic0 = work.ic0;
-    constexpr int vector = C::chunk * sizeof(T) < 16 ? C::chunk : 16 / sizeof(T);  // elements per load
-    constexpr uintptr_t align = vector * sizeof(T);
-    vectors = out_c % vector == 0 && in_c % vector == 0 && reinterpret_cast<uintptr_t>(dy) % align == 0 &&
-              reinterpret_cast<uintptr_t>(x) % align == 0;
+    // Elements per load on each side: a chunk's width, at most 16 bytes.
+    constexpr int filter_vector = C::filter_chunk * sizeof(T) < 16 ? C::filter_chunk : 16 / sizeof(T);
+    constexpr int input_vector = C::input_chunk * sizeof(T) < 16 ? C::input_chunk : 16 / sizeof(T);
+    vectors = out_c % filter_vector == 0 && in_c % input_vector == 0 &&
+              reinterpret_cast<uintptr_t>(dy) % (filter_vector * sizeof(T)) == 0 &&
+              reinterpret_cast<uintptr_t>(x) % (input_vector * sizeof(T)) == 0;
     walk = w;
 #pragma unroll
     for (int ph = 0; ph < C::phases; ++ph) {
@@ -121,9 +131,10 @@ struct ChunkStager : StagingGeometry {
       slot.active = c < C::chunks;
       slot.filter = c < C::filter_chunks;
       const int local = slot.filter ? c : c - C::filter_chunks;
-      const int per_unit = (slot.filter ? C::BN : C::BM) / C::chunk;
+      const int width = slot.filter ? C::filter_chunk : C::input_chunk;
+      const int per_unit = (slot.filter ? C::BN : C::BM) / width;
       slot.k = local / per_unit;
-      slot.channel = (local % per_unit) * C::chunk;
+      slot.channel = (local % per_unit) * width;
       slot.cursor.start(slot.k, walk);
     }
   }
@@ -140,14 +151,16 @@ struct ChunkStager : StagingGeometry {
       const int oc = oc0 + slot.channel;
       const T* src = out_grad + (valid ? ((slot.cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0);
 #pragma unroll
-      for (int e = 0; e < C::r; ++e) load_channels(raw[e], src + e * out_c, valid, out_c - oc, vector_loads);
+      for (int e = 0; e < C::r; ++e)
+        load_channels(filter_raw()[e], src + e * out_c, valid, out_c - oc, vector_loads);
     } else {
       const int ic = ic0 + slot.channel, col0 = w0 + col_offset;
       const T* row = input + (valid ? (slot.cursor.image * in_h + oh + row_offset) * in_w * in_c + ic : 0);
 #pragma unroll
       for (int e = 0; e < C::alpha; ++e) {
         const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
-        load_channels(raw[e], row + (in_bounds ? (col0 + e) * in_c : 0), in_bounds, in_c - ic, vector_loads);
+        load_channels(input_raw()[e], row + (in_bounds ? (col0 + e) * in_c : 0), in_bounds, in_c - ic,
+                      vector_loads);
       }
     }
     slot.cursor.advance(C::K, walk);
@@ -160,9 +173,9 @@ struct ChunkStager : StagingGeometry {
     const Slot& slot = slots[Ph];
     if (!slot.active) return;
     if (slot.filter) {
-      store_filter_rows<C>(raw, stage + slot.k * C::gs_stride + slot.channel);
+      store_filter_rows<C>(filter_raw(), stage + slot.k * C::gs_stride + slot.channel);
     } else {
-      store_input_rows<C>(raw, stage + C::filter_stage + slot.k * C::ds_stride + slot.channel);
+      store_input_rows<C>(input_raw(), stage + C::filter_stage + slot.k * C::ds_stride + slot.channel);
     }
   }
 };
