@@ -70,10 +70,7 @@ constexpr int output_rounds(int alpha, int rows, int out_stride, size_t bytes) {
   return rounds;
 }
 
-// Dynamic shared memory a block of one block per SM may take on an H100 (227 KB), less room for alignment.
-inline constexpr size_t kSmemPerBlock = 224 * 1024;
-
-template <int V, Path P, bool Narrow = false, bool Copy = false, bool Ring = false>
+template <int V, Path P, bool Narrow = false, bool Copy = false>
 struct OmegaConfig {
   using Tile = TileMath<V>;
   static constexpr int variant = V;
@@ -138,31 +135,7 @@ struct OmegaConfig {
   static constexpr int copy_units = copy_substeps * K;  // units per copy step
   static constexpr int copy_step_elems = copy_substeps * stage;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
-
-  // Ring staging of the Winograd kernels (ChunkStager::issue and fetch, ring_main_loop): each thread copies
-  // its chunk's raw columns by cp.async into its own 16-byte pieces of a ring of ring_stages steps in shared
-  // memory, ring_stages - 2 steps ahead of the step it transforms, and reads them back into its registers
-  // one step ahead; the transforms and the GEMM are the register staging's. Register staging issues a
-  // step's loads one step ahead, under one step's GEMM: the alpha-4 bf16 kernels issued instructions in 30%
-  // of their cycles with two warps per scheduler (Nsight Compute, Omega_4(3, 2) on 3x3 32:56:256, H100,
-  // 2026-11-24). For one load phase of whole 16-byte pieces, one block per SM; the launch takes it where
-  // channels come in 16-byte pieces and the tensors are aligned.
-  static constexpr int chunk_elements =
-      filter_chunk * r > input_chunk* alpha ? filter_chunk * r : input_chunk * alpha;
-  static constexpr int ring_stage_elems = kThreads * chunk_elements;  // Storage elements
-  static constexpr size_t ring_stage_bytes = sizeof(Storage) * size_t(ring_stage_elems);
-  static constexpr int ring_stages_fit =
-      gemm_bytes < kSmemPerBlock ? int((kSmemPerBlock - gemm_bytes) / ring_stage_bytes) : 0;
-  static constexpr bool ring_capable = chunked && tensor_cores && V != 0 && phases == 1 &&
-                                       blocks_per_sm == 1 && filter_chunk * sizeof(Storage) % 16 == 0 &&
-                                       input_chunk * sizeof(Storage) % 16 == 0 && ring_stages_fit >= 3;
-  static constexpr bool ring = Ring;
-  static_assert(!Ring || ring_capable);
-  static constexpr int ring_stages = Ring ? (ring_stages_fit < 6 ? ring_stages_fit : 6) : 0;
-
-  static constexpr size_t smem_bytes = Ring ? gemm_bytes + ring_stages * ring_stage_bytes
-                                       : Copy && copy_bytes > gemm_bytes ? copy_bytes
-                                                                         : gemm_bytes;
+  static constexpr size_t smem_bytes = Copy && copy_bytes > gemm_bytes ? copy_bytes : gemm_bytes;
   static constexpr size_t smem_align = 16;
   // Element offsets in a copy step of unit k's piece at channel c of dY and of X: the K-block's stage layout.
   __device__ static constexpr int grad_offset(int k, int c) { return k / K * stage + k % K * gs_stride + c; }

@@ -83,40 +83,6 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
   }
 }
 
-// Main loop of ring staging (OmegaConfig::ring): the chunks of step s + ring_stages - 1 are copied while step
-// s's GEMM runs, and step s + 1's are read back from the ring and transformed, as main_loop's loads are. A
-// thread reads only pieces it copied: its own cp.async waits order them, and the ring needs no barrier.
-template <class C, class Stager, class Gemm>
-__device__ __forceinline__ void ring_main_loop(Stager& stager, Gemm& gemm, typename C::Smem* smem,
-                                               typename C::Storage* ring, int steps) {
-  using Smem = typename C::Smem;
-  constexpr int stages = C::ring_stages, elems = C::ring_stage_elems;
-#pragma unroll
-  for (int s = 0; s < stages - 1; ++s) {
-    if (s < steps) stager.issue(ring + s * elems);
-    cp_async_commit();  // empty groups keep the count of pending groups uniform
-  }
-  if (steps > 0) {
-    cp_async_wait<stages - 2>();
-    stager.fetch(ring);
-    stager.template store<0>(smem);
-  }
-  __syncthreads();
-  for (int s = 0; s < steps; ++s) {
-    const Smem* current = smem + (s & 1) * C::stage;
-    Smem* next = smem + ((s + 1) & 1) * C::stage;
-    const bool more = s + 1 < steps;
-    if (s + stages - 1 < steps) stager.issue(ring + (s + stages - 1) % stages * elems);
-    cp_async_commit();
-    cp_async_wait<stages - 2>();  // step s + 1's pieces have landed
-    if (more) stager.fetch(ring + (s + 1) % stages * elems);
-    gemm.template run<0>(current);
-    if (more) stager.template store<0>(next);
-    __syncthreads();
-  }
-  cp_async_wait<0>();
-}
-
 // Whether a GEMM policy issues a step's MMAs before the step's copies and waits for them after
 // (copies_during_mmas): asynchronous MMAs (wgmma) then run while the threads compute and issue the copies.
 template <class G, class = void>
@@ -342,11 +308,6 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
     CopyStagerFor<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
     copy_main_loop<C>(stager, gemm, smem, stager.steps());
-  } else if constexpr (C::ring) {
-    ChunkStager<C> stager;
-    stager.init(tid, p, work, walk, input, out_grad);
-    T* ring = reinterpret_cast<T*>(base + C::gemm_bytes);
-    ring_main_loop<C>(stager, gemm, smem, ring, (walk.units() + C::K - 1) / C::K);
   } else {
     Stager<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
@@ -494,15 +455,6 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   return launch_config<OmegaConfig<0, P, false, false>>(args, stream);
 }
 
-// Whether the Winograd kernels stage through the ring (OmegaConfig::ring): channels in whole 16-byte pieces,
-// aligned tensors, and WINRS_JAX_RING not 0 (register staging instead, to compare them).
-template <Path P>
-bool ring_staging(const OmegaArgs& args) {
-  if (const char* flag = std::getenv("WINRS_JAX_RING"); flag && flag[0] == '0') return false;
-  constexpr long long piece = 16 / storage_bytes(P);
-  return aligned_for_copies<P>(args) && args.problem.out_c % piece == 0 && args.problem.in_c % piece == 0;
-}
-
 template <Path P, int AlphaClass, int... Vs>
 cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t stream,
                             std::integer_sequence<int, Vs...>) {
@@ -513,10 +465,6 @@ cudaError_t launch_in_class(int variant, const OmegaArgs& args, cudaStream_t str
           if (variant != Vs) return;
           if constexpr (Vs == 0) {
             result = launch_direct<P>(args, stream);
-          } else if constexpr (OmegaConfig<Vs, P>::ring_capable) {
-            result = ring_staging<P>(args)
-                         ? launch_config<OmegaConfig<Vs, P, false, false, true>>(args, stream)
-                         : launch_config<OmegaConfig<Vs, P>>(args, stream);
           } else {
             result = launch_config<OmegaConfig<Vs, P>>(args, stream);
           }

@@ -99,7 +99,7 @@ struct ChunkStager : StagingGeometry {
 
   const T* out_grad;
   const T* input;
-  int oc0, ic0, thread;
+  int oc0, ic0;
   bool vectors;  // both channel counts and base pointers allow the chunk-wide loads
   UnitWalk walk;
   Slot slots[C::phases];
@@ -116,7 +116,7 @@ struct ChunkStager : StagingGeometry {
     out_grad = dy;
     input = x;
     init_geometry(p, work);
-    oc0 = work.oc0, ic0 = work.ic0, thread = tid;
+    oc0 = work.oc0, ic0 = work.ic0;
     // Elements per load on each side: a chunk's width, at most 16 bytes.
     constexpr int filter_vector = C::filter_chunk * sizeof(T) < 16 ? C::filter_chunk : 16 / sizeof(T);
     constexpr int input_vector = C::input_chunk * sizeof(T) < 16 ? C::input_chunk : 16 / sizeof(T);
@@ -164,60 +164,6 @@ struct ChunkStager : StagingGeometry {
       }
     }
     slot.cursor.advance(C::K, walk);
-  }
-
-  // Ring staging (OmegaConfig::ring, one load phase): the next chunk's columns into this thread's 16-byte
-  // pieces of a ring stage by cp.async, zeros outside the tensors (the launch checked that channels come in
-  // whole pieces); the cursor moves on by one step. Piece q of thread t sits at q * 256 + t: a warp's reads
-  // of one piece are 512 contiguous bytes.
-  static constexpr int kPieceElements = 16 / int(sizeof(T));
-  static constexpr int kFilterPieces = C::filter_chunk / kPieceElements;
-  static constexpr int kInputPieces = C::input_chunk / kPieceElements;
-  __device__ T* ring_piece(T* stage, int q) const { return stage + (q * kThreads + thread) * kPieceElements; }
-
-  __device__ void issue(T* stage) {
-    static_assert(C::phases == 1);
-    Slot& slot = slots[0];
-    if (!slot.active) return;
-    const bool valid = slot.cursor.valid(walk);
-    const int oh = slot.cursor.out_row(walk), w0 = slot.cursor.out_col(walk);
-    if (slot.filter) {
-      const int oc = oc0 + slot.channel;
-      const T* src = out_grad + (valid ? ((slot.cursor.image * out_h + oh) * out_w + w0) * out_c + oc : 0);
-#pragma unroll
-      for (int e = 0; e < C::r; ++e)
-#pragma unroll
-        for (int j = 0; j < kFilterPieces; ++j) {
-          const bool ok = valid && j * kPieceElements < out_c - oc;
-          cp_async_16(ring_piece(stage, e * kFilterPieces + j),
-                      src + (ok ? e * out_c + j * kPieceElements : 0), ok);
-        }
-    } else {
-      const int ic = ic0 + slot.channel, col0 = w0 + col_offset;
-      const T* row = input + (valid ? (slot.cursor.image * in_h + oh + row_offset) * in_w * in_c + ic : 0);
-#pragma unroll
-      for (int e = 0; e < C::alpha; ++e) {
-        const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
-#pragma unroll
-        for (int j = 0; j < kInputPieces; ++j) {
-          const bool ok = in_bounds && j * kPieceElements < in_c - ic;
-          cp_async_16(ring_piece(stage, e * kInputPieces + j),
-                      row + (ok ? (col0 + e) * in_c + j * kPieceElements : 0), ok);
-        }
-      }
-    }
-    slot.cursor.advance(C::K, walk);
-  }
-
-  // The chunk that issue copied into `stage`, back into the raw registers.
-  __device__ void fetch(T* stage) {
-    const Slot& slot = slots[0];
-    if (!slot.active) return;
-    const int pieces = slot.filter ? C::r * kFilterPieces : C::alpha * kInputPieces;
-    uint4* dst = reinterpret_cast<uint4*>(&raw);
-#pragma unroll
-    for (int q = 0; q < C::chunk_elements / kPieceElements; ++q)
-      if (q < pieces) dst[q] = *reinterpret_cast<const uint4*>(ring_piece(stage, q));
   }
 
   // Phase Ph's chunk through its transform in FP32 registers, stored as GEMM operands in its K row of
