@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|sass|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|sass|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -94,6 +94,19 @@ for stage in "$@"; do
           >"$OUT/mix-${layer//:/-}.txt" 2>&1
         grep -E "kernels |omega_kernel|sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed|duration" \
           "$OUT/mix-${layer//:/-}.txt" | cut -c1-3000
+      done ;;
+    stalls)
+      # Cycles per issued instruction by stall reason (warp-state metrics) of the first kernel of each layer.
+      reasons="barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected"
+      reasons="$reasons dispatch_stall lg_throttle no_instruction tex_throttle drain membar branch_resolving"
+      metrics="smsp__inst_executed.sum,gpu__time_duration.sum"
+      for reason in $reasons; do metrics="$metrics,smsp__average_warp_latency_issue_stalled_$reason.ratio"; done
+      for layer in ${PROFILE_LAYERS:-32:56:256:3}; do
+        (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 --metrics "$metrics" \
+          python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} winrs ${PROFILE_ARGS:-}) \
+          >"$OUT/stalls-${layer//:/-}${PROFILE_TAG:-}.txt" 2>&1
+        grep -E "omega_kernel|duration|inst_executed|stalled" "$OUT/stalls-${layer//:/-}${PROFILE_TAG:-}.txt" \
+          | sed 's/smsp__average_warp_latency_issue_stalled_//'
       done ;;
     sass)
       # The SASS of the kernels whose mangled names match SASS_MATCH (default: Omega_8(3, 6) and Omega_8(7, 2) in
