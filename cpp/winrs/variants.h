@@ -26,7 +26,9 @@ struct KernelShape {
   // within 8% at alpha 16. The direct kernel's TF32, bf16 and fp16 entries are from a later run the same day,
   // with copy staging (staging.cuh, CopyStager; the other entries of that run within a few percent of these):
   // 81.6 -> 101.8, 142.2 -> 223.5, 146.7 -> 238.9. It applies where channels come in 16-byte pieces; odd
-  // channel counts still run register staging at the older rates.
+  // channel counts still run register staging at the older rates. The alpha-4 bf16 and fp16 entries are from
+  // 2026-11-24, after the chunk staging took one chunk width per side (omega_config.cuh, chunk_widths; bf16
+  // 99.0 -> 106.2 and 101.2 -> 110.7 in the same session; TF32 and alpha 16 within 2%, unchanged here).
   double gemm_tflops;
   // Resident blocks per SM the CUDA kernel is compiled for (registers are capped to fit them).
   int blocks_per_sm;
@@ -74,11 +76,11 @@ inline constexpr Variant kVariants[kNumVariants] = {
             {128, 128, 238.9, 2, 1.79e-04, 2.09e-04}}},
     // alpha = 4
     {2, 3, {{64, 64, 30.4, 2, 1.94e-07, 3.91e-07}, {128, 64, 40.4, 1, 3.29e-07, 6.61e-07},
-            {128, 64, 56.7, 1, 1.73e-05, 3.79e-04}, {128, 64, 101.2, 1, 1.24e-03, 3.38e-03},
-            {128, 64, 104.4, 1, 1.89e-04, 4.12e-04}}},
+            {128, 64, 56.7, 1, 1.73e-05, 3.79e-04}, {128, 64, 106.2, 1, 1.24e-03, 3.38e-03},
+            {128, 64, 109.8, 1, 1.89e-04, 4.12e-04}}},
     {3, 2, {{64, 64, 26.5, 2, 1.88e-07, 3.89e-07}, {128, 64, 41.3, 1, 3.18e-07, 6.44e-07},
-            {128, 64, 65.1, 1, 1.80e-05, 3.77e-04}, {128, 64, 97.9, 1, 1.73e-03, 3.38e-03},
-            {128, 64, 101.3, 1, 1.79e-04, 4.22e-04}}},
+            {128, 64, 65.1, 1, 1.80e-05, 3.77e-04}, {128, 64, 110.7, 1, 1.73e-03, 3.38e-03},
+            {128, 64, 115.3, 1, 1.79e-04, 4.22e-04}}},
     // alpha = 8
     {3, 6, {{64, 32, 27.8, 2, 1.99e-07, 1.42e-06}, {64, 64, 35.7, 1, 3.22e-07, 2.29e-06},
             {64, 64, 56.1, 1, 2.51e-05, 1.34e-03}, {64, 64, 88.3, 1, 1.24e-03, 9.86e-03},
