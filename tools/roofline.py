@@ -22,7 +22,7 @@ transforms) is bounded by the tensor peak. Memory: X and dY read once from HBM. 
 of its admissible variants (n divides the filter width; alpha <= 8, as the planner's accuracy budget admits
 in every dtype).
 
-Usage: python tools/roofline.py docs/bench-h100-paper-bf16-eleventh.jsonl [more rows ...] [--markdown]
+Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators 32768]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import winrs_jax  # noqa: E402
 from winrs_jax import _winrs  # noqa: E402
 
 # H100 SXM5 (NVIDIA's H100 whitepaper): 132 SMs at the 1.83 GHz boost clock of its peak figures.
@@ -68,14 +69,14 @@ def transform_ops(matrix: list[list[float]]) -> int:
     return int(np.sum(np.maximum(nonzero - 1, 0)))
 
 
-def variant_bound(variant: int, dtype: str, out_c: int, in_c: int) -> Bound:
+def variant_bound(variant: int, dtype: str, out_c: int, in_c: int, accumulators: int) -> Bound:
     info = _winrs.variants()[variant]
     alpha, n, r = info["alpha"], info["n"], info["r"]
     mma = MMA_FMAS_PER_CYCLE[dtype]
     peak = 2 * mma * SMS * CLOCK_HZ / 1e12
     if variant == 0:
         return Bound(0, 0, peak)
-    side = math.sqrt(ACCUMULATOR_REGISTERS / alpha)
+    side = math.sqrt(accumulators / alpha)
     bn, bm = min(side, out_c), min(side, in_c)
     _, g, dt = _winrs.transform(variant)
     per_element, element_bytes = STAGING[dtype]
@@ -91,12 +92,12 @@ def variant_bound(variant: int, dtype: str, out_c: int, in_c: int) -> Bound:
     return Bound(variant, int(round(min(bn, bm))), tflops)
 
 
-def layer_bound(row: dict, dtype: str) -> tuple[float, Bound]:
+def layer_bound(row: dict, dtype: str, accumulators: int) -> tuple[float, Bound]:
     """Fastest time (ms) the design could reach on a bench row's layer, and the bound that sets it."""
     variants = _winrs.variants()
     filter_w = row["FW"]
     bounds = [
-        variant_bound(v, dtype, row["COUT"], row["CIN"])
+        variant_bound(v, dtype, row["COUT"], row["CIN"], accumulators)
         for v, info in enumerate(variants)
         if info["alpha"] <= 8 and filter_w % info["n"] == 0
     ]
@@ -109,6 +110,13 @@ def layer_bound(row: dict, dtype: str) -> tuple[float, Bound]:
     return max(flops / (best.tflops * 1e12) * 1e3, memory_ms), best
 
 
+def modelled(row: dict) -> bool:
+    """Dense, stride-1, undilated 1D and 2D layers: the bound's model (3D, grouped, strided and dilated are not)."""
+    tokens = row["layer"].split()
+    two_d = tokens[0] == "1D" or tokens[0].count("x") == 1
+    return two_d and not any(t[0] in "sgd" and t[1:].isdigit() for t in tokens[1:])
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -118,11 +126,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("rows", nargs="+", type=Path)
-    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--accumulators",
+        type=int,
+        default=ACCUMULATOR_REGISTERS,
+        help="FP32 accumulators per SM that bound the block (the kernels hold 32768: 128 per thread)",
+    )
     args = parser.parse_args()
     for path in args.rows:
         rows = [json.loads(line) for line in path.open()]
-        rows = [r for r in rows if "layer" in r]
+        rows = [r for r in rows if "layer" in r and modelled(r)]
         by_dtype: dict[str, list[dict]] = {}
         for r in rows:
             by_dtype.setdefault(r["dtype"], []).append(r)
@@ -134,13 +147,13 @@ def main() -> None:
             print("|---|---|---|---|---|---|")
             reach, forced, auto = [], [], []
             for r in group:
-                bound_ms, best = layer_bound(r, dtype)
+                bound_ms, best = layer_bound(r, dtype, args.accumulators)
                 speed = r["xla_ms"] / bound_ms
                 reach.append(max(speed, 1.0))
                 forced.append(r["speedup"])
                 auto.append(r.get("speedup_auto") or r["speedup"])
                 torch_ms = f"{r['torch_ms']:.3f}" if r.get("torch_ms") else "-"
-                name = "direct" if best.variant == 0 else f"V{best.variant}"
+                name = "direct" if best.variant == 0 else winrs_jax.variants()[best.variant].name
                 print(
                     f"| {r['layer']} | {r['xla_ms']:.3f} ({r['xla_tflops']:.0f}) | {r['winrs_ms']:.3f} | {torch_ms} "
                     f"| {bound_ms:.3f} ({name}, {best.block}, {best.tflops:.0f}) | {speed:.2f}x |"
