@@ -111,9 +111,9 @@ struct MmaGemm {
   static constexpr int mma_k = sixteen_bit ? 16 : 8;
   static_assert(C::K == mma_k, "one MMA k-block per main-loop step");
 
-  static constexpr int warps_per_slice = C::alpha >= C::warps ? 1 : C::warps / C::alpha;
-  static constexpr int slices_per_warp = C::alpha >= C::warps ? C::alpha / C::warps : 1;
-  static_assert(warps_per_slice * C::alpha == C::warps * slices_per_warp);
+  static constexpr int warps_per_slice = C::alpha >= kWarps ? 1 : kWarps / C::alpha;
+  static constexpr int slices_per_warp = C::alpha >= kWarps ? C::alpha / kWarps : 1;
+  static_assert(warps_per_slice * C::alpha == kWarps * slices_per_warp);
   static constexpr int warps_m = warps_per_slice >= 2 ? 2 : 1;
   static constexpr int warps_n = warps_per_slice / warps_m;
   static constexpr int WM = C::BN / warps_m, WN = C::BM / warps_n;  // warp tile of a slice

@@ -15,9 +15,9 @@ inline constexpr int kThreads = 256;  // 8 warps
 inline constexpr int kWarps = kThreads / 32;
 
 // Load phases for `chunks` chunks per step: a power of two, so that the GEMM splits evenly into parts.
-constexpr int chunk_phases(int chunks, int threads = kThreads) {
+constexpr int chunk_phases(int chunks) {
   int p = 1;
-  while (p * threads < chunks) p *= 2;
+  while (p * kThreads < chunks) p *= 2;
   return p;
 }
 
@@ -26,11 +26,10 @@ constexpr int chunk_phases(int chunks, int threads = kThreads) {
 // (one more load phase) while a thread's raw registers for a chunk (max(alpha, r) columns) would pass 32 (16
 // under the 128-register cap of two blocks per SM). One phase keeps all of a step's loads in flight during
 // the whole GEMM: on split TF32 a 16-register bound (two phases) measured 12-17% slower than this one.
-constexpr int uniform_chunk(int storage_bytes, int columns, int step_channels, int blocks_per_sm,
-                            int threads) {
-  const int budget = (blocks_per_sm * threads > kThreads ? 16 : 32) * 4;  // bytes
+constexpr int uniform_chunk(int storage_bytes, int columns, int step_channels, int blocks_per_sm) {
+  const int budget = (blocks_per_sm > 1 ? 16 : 32) * 4;  // bytes
   int v = 16 / storage_bytes;
-  while (v * threads < step_channels) v *= 2;
+  while (v * kThreads < step_channels) v *= 2;
   while (v > 1 && columns * v * storage_bytes > budget) v /= 2;
   return v;
 }
@@ -45,19 +44,16 @@ struct ChunkWidths {
   int filter, input;
 };
 constexpr ChunkWidths chunk_widths(int storage_bytes, int r, int alpha, int bn, int bm, int k,
-                                   int blocks_per_sm, int threads) {
-  const int uniform =
-      uniform_chunk(storage_bytes, alpha > r ? alpha : r, k * (bn + bm), blocks_per_sm, threads);
-  const int phases = chunk_phases(k * bn / uniform + k * bm / uniform, threads);
+                                   int blocks_per_sm) {
+  const int uniform = uniform_chunk(storage_bytes, alpha > r ? alpha : r, k * (bn + bm), blocks_per_sm);
+  const int phases = chunk_phases(k * bn / uniform + k * bm / uniform);
   ChunkWidths best{uniform, uniform};
   int best_elements = uniform * (alpha > r ? alpha : r);
-  const int least = storage_bytes == 2 ? 2 : 1;  // 16-bit channels are transformed in pairs
-  for (int f = least; f <= bn; f *= 2) {
+  for (int f = 1; f <= bn; f *= 2) {
     if (bn % f != 0 || (k * bn / f) % 32 != 0) continue;
-    for (int i = least; i <= bm; i *= 2) {
+    for (int i = 1; i <= bm; i *= 2) {
       const int elements = f * r > i * alpha ? f * r : i * alpha;
-      if (bm % i == 0 && chunk_phases(k * bn / f + k * bm / i, threads) <= phases &&
-          elements < best_elements) {
+      if (bm % i == 0 && chunk_phases(k * bn / f + k * bm / i) <= phases && elements < best_elements) {
         best = {f, i};
         best_elements = elements;
       }
@@ -91,13 +87,6 @@ struct OmegaConfig {
   static constexpr int BM = Narrow ? kNarrowBlock : kVariants[V].shape(P).block_ic;
   static constexpr int blocks_per_sm = kVariants[V].shape(P).blocks_per_sm;
   static constexpr int K = path_info(P).units_per_step;
-  // Threads per block: 512 for the Winograd kernels on tensor cores (16 warps, 64 accumulators per thread at
-  // alpha x B_N x B_M = 32768), 256 elsewhere. TRIAL.
-  static constexpr int threads =
-      (V != 0 && alpha <= 8 && path_info(P).tensor_cores && P != Path::kTf32x3 && blocks_per_sm == 1)
-          ? 512
-          : kThreads;
-  static constexpr int warps = threads / 32;
 
   // Staging (staging.cuh). Chunks: a step's K units are cut into chunks of consecutive channels of one
   // unit's dY rows (B_N / filter_chunk per unit, numbered first) or X tile (B_M / input_chunk per unit);
@@ -107,15 +96,14 @@ struct OmegaConfig {
   // (whose extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
   static constexpr bool chunked = P != Path::kFp32 && P != Path::kTf32x3;
   static constexpr ChunkWidths chunk_width =
-      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm, threads);
+      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm);
   static constexpr int filter_chunk = chunk_width.filter, input_chunk = chunk_width.input;
   static constexpr int filter_chunks = K * BN / filter_chunk, chunks = filter_chunks + K * BM / input_chunk;
   static constexpr int FC = BN / 32, IC = BM / 32;
-  static constexpr int phases = chunked ? chunk_phases(chunks, threads) : K / kWarps;
+  static constexpr int phases = chunked ? chunk_phases(chunks) : K / kWarps;
   static_assert(!chunked || (filter_chunk > 0 && BN % filter_chunk == 0 && BM % input_chunk == 0 &&
                              filter_chunks % 32 == 0),
                 "a warp stages one side");
-  static_assert(chunked || threads == kThreads);
   static_assert(chunked || (FC * 32 == BN && IC * 32 == BM && FC <= 4 && IC <= 4 && K % kWarps == 0));
 
   // Shared memory per stage: Gs[alpha][K][B_N + pad] and Ds[alpha][K][B_M + pad]. The tensor-core paths pad

@@ -83,14 +83,6 @@ __device__ __forceinline__ void main_loop(Stager& stager, Gemm& gemm, typename C
   }
 }
 
-// Threads per block of a configuration: its `threads`, or 256.
-template <class C, class = void>
-struct BlockThreads : std::integral_constant<int, kThreads> {};
-template <class C>
-struct BlockThreads<C, std::void_t<decltype(C::threads)>> : std::integral_constant<int, C::threads> {};
-template <class C>
-inline constexpr int block_threads = BlockThreads<C>::value;
-
 // Whether a GEMM policy issues a step's MMAs before the step's copies and waits for them after
 // (copies_during_mmas): asynchronous MMAs (wgmma) then run while the threads compute and issue the copies.
 template <class G, class = void>
@@ -233,7 +225,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
                                             const WorkTile& work, int rnd, bool atomic, bool accumulate) {
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   constexpr int groups = C::BM / Vec;  // channel groups of Vec per row
-  for (int e = threadIdx.x; e < C::round_rows * groups; e += block_threads<C>) {
+  for (int e = threadIdx.x; e < C::round_rows * groups; e += kThreads) {
     const int row = e / groups, col = e % groups * Vec;
     const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
                    row % Gemm::rows_per_round;
@@ -265,7 +257,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
 }
 
 template <class C>
-__global__ void __launch_bounds__(block_threads<C>, C::blocks_per_sm)
+__global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
     omega_kernel(const __grid_constant__ OmegaArgs args) {
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
@@ -371,7 +363,7 @@ cudaError_t launch_config(const OmegaArgs& args, cudaStream_t stream) {
     return e;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks), unsigned(args.groups));
-  config.blockDim = dim3(block_threads<C>);
+  config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
   // The launch's own status, not an earlier error left by someone else's kernel (cudaGetLastError would

@@ -127,7 +127,7 @@ struct ChunkStager : StagingGeometry {
 #pragma unroll
     for (int ph = 0; ph < C::phases; ++ph) {
       Slot& slot = slots[ph];
-      const int c = ph * C::threads + tid;
+      const int c = ph * kThreads + tid;
       slot.active = c < C::chunks;
       slot.filter = c < C::filter_chunks;
       const int local = slot.filter ? c : c - C::filter_chunks;
