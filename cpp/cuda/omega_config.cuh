@@ -61,6 +61,15 @@ constexpr ChunkWidths chunk_widths(int storage_bytes, int r, int alpha, int bn, 
   }
   return best;
 }
+// The alpha-4 bf16 kernels (128 x 64 channels, 16 units per step): 256 chunks of at most 48 elements, where
+// one width gave 192 chunks of up to 64; the alpha-8 ones (64 x 64) keep their 8-channel chunks on both
+// sides.
+static_assert(chunk_widths(2, 3, 4, 128, 64, 16, 1).filter == 16 &&
+              chunk_widths(2, 3, 4, 128, 64, 16, 1).input == 8);
+static_assert(chunk_widths(2, 2, 4, 128, 64, 16, 1).filter == 16 &&
+              chunk_widths(2, 2, 4, 128, 64, 16, 1).input == 8);
+static_assert(chunk_widths(2, 6, 8, 64, 64, 16, 1).filter == 8 &&
+              chunk_widths(2, 6, 8, 64, 64, 16, 1).input == 8);
 
 // Rounds of the output transform (Algorithm 3, lines 12-18) whose As[alpha][rows / R][out_stride] floats fit
 // the `bytes` of shared memory that the main loop used.
