@@ -14,15 +14,16 @@ runs alpha GEMMs of B_N x B_M on the tensor cores. Per unit and block, on one SM
                    + alpha (B_N + B_M) (cvt + st.shared) per element, vectorised as the kernels do
                    + (B_N r + B_M alpha) global loads, 16 bytes each] / 128 lanes per cycle
 
-and the unit delivers n r B_N B_M direct FMAs. Only the accumulators bound the block: alpha B_N B_M <= 48K
-registers per SM (three quarters of the register file; the kernels hold 128 per thread today), B_N = B_M as
-large as that allows (capped by the layer's channels). Everything else is assumed free: fragment loads,
+and the unit delivers n r B_N B_M direct FMAs. Only the accumulators bound the block: alpha B_N B_M <= 32768
+per SM (the kernels' 128 per thread; --accumulators 49152 for three quarters of the register file), B_N = B_M
+as large as that allows (capped by the layer's channels). Everything else is assumed free: fragment loads,
 index arithmetic, barriers, L2 traffic, the output transform, latency. The direct kernel (alpha = 1, no
 transforms) is bounded by the tensor peak. Memory: X and dY read once from HBM. A layer's bound is the best
 of its admissible variants (n divides the filter width; alpha <= 8, as the planner's accuracy budget admits
 in every dtype).
 
-Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators 32768]
+Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators N]
+(winrs_jax importable: installed, or PYTHONPATH=src with the extension built there).
 """
 
 from __future__ import annotations
@@ -30,15 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import winrs_jax  # noqa: E402
-from winrs_jax import _winrs  # noqa: E402
+import winrs_jax
+from winrs_jax import _winrs
 
 # H100 SXM5 (NVIDIA's H100 whitepaper): 132 SMs at the 1.83 GHz boost clock of its peak figures.
 SMS = 132
@@ -46,7 +45,7 @@ CLOCK_HZ = 1.83e9
 HBM_BYTES_PER_S = 3.35e12
 LANES_PER_CYCLE = 128  # FP32 lanes and issue slots (4 schedulers x 32) per SM
 MMA_FMAS_PER_CYCLE = {"bf16": 2048, "f16": 2048, "f32_default": 1024, "f32_highest": 1024 / 3}
-ACCUMULATOR_REGISTERS = 48 * 1024
+ACCUMULATOR_REGISTERS = 32 * 1024
 # Per element staged: conversion and shared-memory store instructions (per lane), and element bytes.
 STAGING = {
     "bf16": (1 / 2 + 1 / 8, 2),  # cvt.rn.bf16x2 packs two; st.shared.v4 stores eight
@@ -130,7 +129,7 @@ def main() -> None:
         "--accumulators",
         type=int,
         default=ACCUMULATOR_REGISTERS,
-        help="FP32 accumulators per SM that bound the block (the kernels hold 32768: 128 per thread)",
+        help="FP32 accumulators per SM that bound the block (default: the kernels' 128 per thread)",
     )
     args = parser.parse_args()
     for path in args.rows:
