@@ -85,11 +85,12 @@ for stage in "$@"; do
       done ;;
     mix)
       # Dynamic instruction mix of the first kernel of each layer (PROFILE_ARGS: profile_layer's flags, e.g.
-      # --kernels=3,2 to force a pair).
+      # --kernels=3,2 to force a pair). "details" names each count's opcode ("values" printed the counts alone;
+      # not yet run with details).
       for layer in ${PROFILE_LAYERS:-32:56:256:3}; do
         (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
           --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max,gpu__time_duration.sum \
-          --print-metric-instances values \
+          --print-metric-instances details \
           python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} winrs ${PROFILE_ARGS:-}) \
           >"$OUT/mix-${layer//:/-}.txt" 2>&1
         grep -E "kernels |omega_kernel|sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed|duration" \
