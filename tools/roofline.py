@@ -33,11 +33,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import geometric_mean
 
 import numpy as np
 
 import winrs_jax
 from winrs_jax import _winrs
+from winrs_jax.bench.suite import DTYPES
 
 # H100 SXM5 (NVIDIA's H100 whitepaper): 132 SMs at the 1.83 GHz boost clock of its peak figures.
 SMS = 132
@@ -102,7 +104,7 @@ def layer_bound(row: dict, dtype: str, accumulators: int) -> tuple[float, Bound]
     ]
     best = max(bounds, key=lambda b: b.tflops)
     flops = row["xla_tflops"] * 1e12 * row["xla_ms"] * 1e-3
-    itemsize = 2 if dtype in ("bf16", "f16") else 4
+    itemsize = np.dtype(DTYPES[dtype][0]).itemsize
     spatial = [row.get(k, 1) for k in ("D", "H", "W")]
     elements = row["N"] * math.prod(spatial) * (row["CIN"] + row["COUT"])
     memory_ms = elements * itemsize / HBM_BYTES_PER_S * 1e3
@@ -114,10 +116,6 @@ def modelled(row: dict) -> bool:
     tokens = row["layer"].split()
     two_d = tokens[0] == "1D" or tokens[0].count("x") == 1
     return two_d and not any(t[0] in "sgd" and t[1:].isdigit() for t in tokens[1:])
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main() -> None:
@@ -158,8 +156,8 @@ def main() -> None:
                     f"| {bound_ms:.3f} ({name}, {best.block}, {best.tflops:.0f}) | {speed:.2f}x |"
                 )
             print(
-                f"geomean vs XLA: forced {geomean(forced):.2f}x, auto {geomean(auto):.2f}x, "
-                f"bound of the design (with XLA where it is faster) {geomean(reach):.2f}x"
+                f"geomean vs XLA: forced {geometric_mean(forced):.2f}x, auto {geometric_mean(auto):.2f}x, "
+                f"bound of the design (with XLA where it is faster) {geometric_mean(reach):.2f}x"
             )
 
 
