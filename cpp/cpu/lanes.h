@@ -22,6 +22,10 @@ struct Lanes {
   }
   friend Lanes operator+(Lanes a, const Lanes& b) { return a += b; }
   friend Lanes operator-(Lanes a, const Lanes& b) { return a -= b; }
+  friend Lanes operator-(Lanes a) {
+    for (int l = 0; l < W; ++l) a.v[l] = -a.v[l];
+    return a;
+  }
   friend Lanes operator*(Lanes a, const Lanes& b) {
     for (int l = 0; l < W; ++l) a.v[l] *= b.v[l];
     return a;

@@ -145,6 +145,42 @@ __device__ __forceinline__ uint32_t operand_pair(float a, float b) {
   }
 }
 
+// Two 16-bit operands of adjacent channels in one word, with the arithmetic TileMath's transforms use
+// (.bf16x2 or .f16x2 instructions, one for both channels). Only for the transforms that round each output
+// once in 16 bits (tile.h, one_rounding: at most two terms per output, power-of-two coefficients): there an
+// output is one correctly rounded sum or an exact copy, the operand that the FP32 transform and the
+// conversion give, in a fifth of the instructions (no unpacking, no packing).
+template <Operand O>
+struct PackedPair {
+  static_assert(kSixteenBit<O>);
+  using Pair = std::conditional_t<O == Operand::kBF16, __nv_bfloat162, __half2>;
+  Pair v;
+
+  PackedPair() = default;
+  __device__ __forceinline__ explicit PackedPair(Pair p) : v(p) {}
+  // Both halves c, a power of two (or zero): its bits from the float's, which the compiler folds.
+  __device__ __forceinline__ explicit PackedPair(double c) {
+    const uint32_t f = __float_as_uint(float(c));
+    uint32_t half;
+    if constexpr (O == Operand::kBF16) {
+      half = f >> 16;  // exact: a power of two has no mantissa bits
+    } else {
+      const uint32_t sign = f >> 31 << 15, exponent = (f >> 23 & 0xFF) - 127 + 15;
+      half = (f & 0x7FFFFFFF) == 0 ? sign : sign | exponent << 10;
+    }
+    const uint32_t word = half | half << 16;
+    v = *reinterpret_cast<const Pair*>(&word);
+  }
+  __device__ __forceinline__ uint32_t bits() const { return *reinterpret_cast<const uint32_t*>(&v); }
+
+  __device__ __forceinline__ PackedPair& operator+=(PackedPair b) { return v = __hadd2(v, b.v), *this; }
+  __device__ __forceinline__ PackedPair& operator-=(PackedPair b) { return v = __hsub2(v, b.v), *this; }
+  __device__ __forceinline__ PackedPair operator+(PackedPair b) const { return PackedPair(__hadd2(v, b.v)); }
+  __device__ __forceinline__ PackedPair operator-(PackedPair b) const { return PackedPair(__hsub2(v, b.v)); }
+  __device__ __forceinline__ PackedPair operator*(PackedPair b) const { return PackedPair(__hmul2(v, b.v)); }
+  __device__ __forceinline__ PackedPair operator-() const { return PackedPair(__hneg2(v)); }
+};
+
 template <Operand O>
 __device__ __forceinline__ uint32_t operand_word(float v) {
   static_assert(!kSixteenBit<O>);

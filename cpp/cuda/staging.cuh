@@ -29,8 +29,9 @@ struct StagingGeometry {
 
 // Transforms the P channels of the first Cols columns of raw data (two channels at a time on the 16-bit
 // paths, packed into one word) and stores their alpha rows at dst, dst + K stride, ... (the side's K-row
-// stride).
-template <class C, int Cols, int N, int P, typename T, class Transform>
+// stride). OneRounding (tile.h, one_rounding): on the 16-bit paths the transform runs on the packed words
+// as loaded (device.cuh, PackedPair) instead of in FP32, with the same result.
+template <class C, int Cols, bool OneRounding, int N, int P, typename T, class Transform>
 __device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], typename C::Smem* dst,
                                                 int stride, Transform transform) {
   static_assert(Cols <= N);
@@ -45,7 +46,18 @@ __device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], 
   };
   static_for<0, words>([&](auto word) {
     constexpr int w = decltype(word)::value;
-    if constexpr (pairs) {
+    if constexpr (pairs && OneRounding) {
+      using Packed = PackedPair<C::operand>;
+      static_assert(std::is_same_v<typename Packed::Pair,
+                                   std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>>,
+                    "operands packed as stored");
+      Packed in[Cols], out[C::alpha];
+      static_for<0, Cols>(
+          [&](auto e) { in[e] = Packed(*reinterpret_cast<const typename Packed::Pair*>(&raw[e].v[2 * w])); });
+      transform(in, out);
+#pragma unroll
+      for (int i = 0; i < C::alpha; ++i) rows[i][w] = out[i].bits();
+    } else if constexpr (pairs) {
       float even[C::alpha], odd[C::alpha];
       column(std::integral_constant<int, 2 * w>{}, even);
       column(std::integral_constant<int, 2 * w + 1>{}, odd);
@@ -65,16 +77,14 @@ __device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], 
 // Filter transforms (G w) of dY units and input transforms (D^T x) of X tiles, as GEMM operands.
 template <class C, int N, int P, typename T>
 __device__ __forceinline__ void store_filter_rows(const Channels<P, T> (&raw)[N], typename C::Smem* dst) {
-  transform_store<C, C::r>(raw, dst, C::gs_stride, [](const float (&unit)[C::r], float (&out)[C::alpha]) {
-    C::Tile::filter(unit, out);
-  });
+  transform_store<C, C::r, C::Tile::kFilterOneRounding>(
+      raw, dst, C::gs_stride, [](const auto& unit, auto& out) { C::Tile::filter(unit, out); });
 }
 
 template <class C, int N, int P, typename T>
 __device__ __forceinline__ void store_input_rows(const Channels<P, T> (&raw)[N], typename C::Smem* dst) {
-  transform_store<C, C::alpha>(
-      raw, dst, C::ds_stride,
-      [](const float (&tile)[C::alpha], float (&out)[C::alpha]) { C::Tile::input(tile, out); });
+  transform_store<C, C::alpha, C::Tile::kInputOneRounding>(
+      raw, dst, C::ds_stride, [](const auto& tile, auto& out) { C::Tile::input(tile, out); });
 }
 
 // Chunk staging: in each load phase a thread stages one chunk (OmegaConfig): filter_chunk consecutive

@@ -15,14 +15,15 @@
 namespace winrs {
 
 template <int Begin, int End, int Step = 1, typename F>
-WINRS_HD inline void static_for(F&& f) {
+WINRS_HD constexpr void static_for(F&& f) {
   if constexpr (Begin < End) {
     f(std::integral_constant<int, Begin>{});
     static_for<Begin + Step, End, Step>(f);
   }
 }
 
-// sum += coefficient * value, with the coefficient known at compile time.
+// sum += coefficient * value (add), or sum = coefficient * value for a sum's first term (first), with the
+// coefficient known at compile time.
 template <typename Real>
 struct Term {
   template <typename Coefficient>
@@ -36,7 +37,29 @@ struct Term {
       sum += Real(c) * value;
     }
   }
+  template <typename Coefficient>
+  WINRS_HD static Real first(Coefficient, const Real& value) {
+    constexpr double c = Coefficient::value;
+    if constexpr (c == 1.0) {
+      return value;
+    } else if constexpr (c == -1.0) {
+      return -value;
+    } else if constexpr (c == 0.0) {
+      return Real(0.0);
+    } else {
+      return Real(c) * value;
+    }
+  }
 };
+
+// Whether |c| is a power of two (from 2^-30 to 2^30): a product by it is exact in any binary format.
+constexpr bool power_of_two(double c) {
+  double a = c < 0 ? -c : c;
+  if (a == 0.0) return false;
+  for (int i = 0; i < 30 && a < 1.0; ++i) a *= 2.0;
+  for (int i = 0; i < 30 && a > 1.0; ++i) a /= 2.0;
+  return a == 1.0;
+}
 
 template <int V>
 struct TileMath {
@@ -60,6 +83,44 @@ struct TileMath {
     static constexpr double value = T.A[Row][Col];
   };
 
+  // Nonzero coefficients of row Row of M among columns Begin, Begin + Step, ... < End.
+  template <template <int, int> class M, int Row, int Begin, int End, int Step = 1>
+  static constexpr int nonzeros() {
+    int count = 0;
+    static_for<Begin, End, Step>([&](auto c) { count += M<Row, decltype(c)::value>::value != 0.0; });
+    return count;
+  }
+
+  // The column whose term starts a row's sum over columns Begin, Begin + Step, ... < End: the first with a
+  // positive coefficient (x2 - x0 is one subtraction, -x0 + x2 a negation and an addition), else the first
+  // nonzero one, else -1.
+  template <template <int, int> class M, int Row, int Begin, int End, int Step>
+  static constexpr int lead_column() {
+    int positive = -1, nonzero = -1;
+    static_for<Begin, End, Step>([&](auto col) {
+      constexpr double c = M<Row, decltype(col)::value>::value;
+      if (c > 0.0 && positive < 0) positive = decltype(col)::value;
+      if (c != 0.0 && nonzero < 0) nonzero = decltype(col)::value;
+    });
+    return positive >= 0 ? positive : nonzero;
+  }
+
+  // sum = the sum of M[Row][c] in[c] over columns c = Begin, Begin + Step, ... < End, from its lead term (0 +
+  // x would be an instruction, and on packed 16-bit words a rounding the sum need not have).
+  template <template <int, int> class M, int Row, int Begin, int End, int Step, typename Real, int Cols>
+  WINRS_HD static void row_sum(Real& sum, const Real (&in)[Cols]) {
+    constexpr int lead = lead_column<M, Row, Begin, End, Step>();
+    if constexpr (lead < 0) {
+      sum = Real(0.0);
+    } else {
+      sum = Term<Real>::first(M<Row, lead>{}, in[lead]);
+      static_for<Begin, End, Step>([&](auto col) {
+        if constexpr (decltype(col)::value != lead)
+          Term<Real>::add(sum, M<Row, decltype(col)::value>{}, in[col]);
+      });
+    }
+  }
+
   // out = M in for M = G (Cols = r) or D^T (Cols = alpha): rows 0 and alpha-1 directly, the (+p, -p) row
   // pairs from their shared even and odd partial sums.
   template <template <int, int> class M, int Cols, typename Real>
@@ -67,22 +128,50 @@ struct TileMath {
     if constexpr (alpha == 1) {
       out[0] = in[0];
     } else {
-      out[0] = Real(0.0);
-      out[alpha - 1] = Real(0.0);
-      static_for<0, Cols>([&](auto c) {
-        Term<Real>::add(out[0], M<0, decltype(c)::value>{}, in[c]);
-        Term<Real>::add(out[alpha - 1], M<alpha - 1, decltype(c)::value>{}, in[c]);
-      });
+      row_sum<M, 0, 0, Cols, 1>(out[0], in);
+      row_sum<M, alpha - 1, 0, Cols, 1>(out[alpha - 1], in);
       static_for<0, kPairs>([&](auto pair) {
         constexpr int row = 1 + 2 * decltype(pair)::value;
-        Real even(0.0), odd(0.0);
-        static_for<0, Cols, 2>([&](auto c) { Term<Real>::add(even, M<row, decltype(c)::value>{}, in[c]); });
-        static_for<1, Cols, 2>([&](auto c) { Term<Real>::add(odd, M<row, decltype(c)::value>{}, in[c]); });
-        out[row] = even + odd;
-        out[row + 1] = even - odd;
+        constexpr bool has_even = lead_column<M, row, 0, Cols, 2>() >= 0;
+        constexpr bool has_odd = lead_column<M, row, 1, Cols, 2>() >= 0;
+        Real even, odd;
+        row_sum<M, row, 0, Cols, 2>(even, in);
+        row_sum<M, row, 1, Cols, 2>(odd, in);
+        if constexpr (has_even && has_odd) {
+          out[row] = even + odd;
+          out[row + 1] = even - odd;
+        } else if constexpr (has_even) {
+          out[row] = even;
+          out[row + 1] = even;
+        } else {
+          out[row] = odd;
+          out[row + 1] = -odd;
+        }
       });
     }
   }
+
+  // Whether M in, computed by apply in a 16-bit type, rounds each output once, as the FP32 transform then the
+  // conversion to the operand type does: every row has at most two nonzero coefficients, each a power of two
+  // (then every product is exact and each output is one sum or a copy). Alpha-4 input transforms (D^T x =
+  // x2 - x0, x1 + x2, x2 - x1, x3 - x1) and the r = 2 filter transform (-w0, (w0 + w1) / 2, (w0 - w1) / 2,
+  // w1) are; the kernels then transform packed pairs of 16-bit channels, one instruction for two outputs
+  // (staging.cuh, transform_store).
+  template <template <int, int> class M, int Cols>
+  static constexpr bool one_rounding() {
+    bool ok = true;
+    static_for<0, alpha>([&](auto row) {
+      constexpr int i = decltype(row)::value;
+      ok = ok && nonzeros<M, i, 0, Cols>() <= 2;
+      static_for<0, Cols>([&](auto col) {
+        constexpr double c = M<i, decltype(col)::value>::value;
+        ok = ok && (c == 0.0 || power_of_two(c));
+      });
+    });
+    return ok;
+  }
+  static constexpr bool kFilterOneRounding = one_rounding<G, r>();
+  static constexpr bool kInputOneRounding = one_rounding<DT, alpha>();
 
   // Filter transform of one output-gradient unit: out = G w.
   template <typename Real>
@@ -102,10 +191,7 @@ struct TileMath {
     if constexpr (alpha == 1) {
       y[0] = m[0];
     } else {
-      static_for<0, n>([&](auto j) {
-        y[j] = Real(0.0);
-        Term<Real>::add(y[j], A<0, decltype(j)::value>{}, m[0]);
-      });
+      static_for<0, n>([&](auto j) { y[j] = Term<Real>::first(A<0, decltype(j)::value>{}, m[0]); });
       static_for<0, kPairs>([&](auto pair) {
         constexpr int row = 1 + 2 * decltype(pair)::value;
         const Real sum = m[row] + m[row + 1], diff = m[row] - m[row + 1];
