@@ -47,45 +47,79 @@ __device__ __forceinline__ uint32_t tf32_bits(float f) {
   return r;
 }
 
-// P consecutive elements of the storage type, as loaded: the raw registers stay untouched until the
-// transforms need them, so the loads of the next phase stay in flight during the GEMM (converting right after
-// the load would wait for it: on the 16-bit paths that exposed every load's latency, 3x slower).
+// P consecutive elements of the storage type, as loaded, in 32-bit words (two 16-bit elements per word, the
+// first in the low half): the raw registers stay untouched until the transforms need them, so the loads of
+// the next phase stay in flight during the GEMM (converting right after the load would wait for it: on the
+// 16-bit paths that exposed every load's latency, 3x slower). Words rather than elements: zeroing and
+// loading 16-bit elements one by one cost the bf16 kernels two instructions per word (SASS, H100,
+// 2026-11-24), and the packed transforms take the words as they are.
 template <int P, typename T>
 struct Channels {
-  alignas(P * sizeof(T) < 16 ? P * sizeof(T) : 16) T v[P];
+  static constexpr int kBytes = P * int(sizeof(T));
+  static constexpr int kWords = kBytes < 4 ? 1 : kBytes / 4;
+  alignas(kBytes < 16 ? (kBytes < 4 ? 4 : kBytes) : 16) uint32_t w[kWords];
 
-  __device__ __forceinline__ float operator[](int q) const { return to_float(v[q]); }
+  __device__ __forceinline__ float operator[](int q) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(w[q]);
+    } else {
+      const uint32_t word = w[q / 2];
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __uint_as_float(q % 2 == 0 ? word << 16 : word & 0xFFFF0000u);
+      } else {
+        return __half2float(__ushort_as_half((unsigned short)(q % 2 == 0 ? word & 0xFFFFu : word >> 16)));
+      }
+    }
+  }
+  // Word i: elements 2i and 2i + 1 of a 16-bit type, element i of a 32-bit one.
+  __device__ __forceinline__ uint32_t word(int i) const { return w[i]; }
 };
+
+// 16 bytes from global memory (the read-only path) into four words where `valid`, leaving them as they are
+// otherwise: a predicated load, without the branch around it that the compiler made of an `if`.
+__device__ __forceinline__ void load_16_if(uint32_t* dst, const void* src, bool valid) {
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "+r"(dst[0]), "+r"(dst[1]), "+r"(dst[2]), "+r"(dst[3])
+      : "l"(src), "r"(int(valid)));
+}
 
 // Loads P consecutive elements from global memory; zeros where !valid or beyond `remaining` elements. With
 // vectors (the channel count is a multiple of min(P, 16 bytes) elements and the base pointer is aligned to as
 // many bytes) P-wide loads of up to 16 bytes serve, each predicated as a whole. `vectors` is a compile-time
-// constant: the caller branches once for many loads.
+// constant: the caller branches once for many loads. `src` need not point into the tensor where no element
+// is loaded.
 template <bool Vectors, int P, typename T>
 __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src, bool valid, int remaining,
                                               std::integral_constant<bool, Vectors>) {
-  dst = Channels<P, T>{};
-  if constexpr (Vectors) {
-    constexpr int bytes = P * int(sizeof(T));
-    if (valid && remaining > 0) {
-      if constexpr (bytes >= 16) {
-        constexpr int per_load = 16 / int(sizeof(T));
+  using C = Channels<P, T>;
 #pragma unroll
-        for (int i = 0; i < bytes / 16; ++i)
-          if (i == 0 || remaining > i * per_load)
-            reinterpret_cast<uint4*>(dst.v)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
-      } else if constexpr (bytes == 8) {
-        *reinterpret_cast<uint2*>(dst.v) = __ldg(reinterpret_cast<const uint2*>(src));
-      } else if constexpr (bytes == 4) {
-        *reinterpret_cast<unsigned*>(dst.v) = __ldg(reinterpret_cast<const unsigned*>(src));
+  for (int i = 0; i < C::kWords; ++i) dst.w[i] = 0;
+  if constexpr (Vectors) {
+    if constexpr (C::kBytes >= 16) {
+      constexpr int per_load = 16 / int(sizeof(T));
+#pragma unroll
+      for (int i = 0; i < C::kBytes / 16; ++i)
+        load_16_if(dst.w + 4 * i, src + i * per_load, valid && remaining > i * per_load);
+    } else if (valid && remaining > 0) {
+      if constexpr (C::kBytes == 8) {
+        *reinterpret_cast<uint2*>(dst.w) = __ldg(reinterpret_cast<const uint2*>(src));
+      } else if constexpr (C::kBytes == 4) {
+        dst.w[0] = __ldg(reinterpret_cast<const unsigned*>(src));
       } else {
-        dst.v[0] = __ldg(src);
+        dst.w[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
       }
     }
   } else {
 #pragma unroll
-    for (int q = 0; q < P; ++q)
-      if (valid && q < remaining) dst.v[q] = __ldg(src + q);
+    for (int q = 0; q < P; ++q) {
+      if (!(valid && q < remaining)) continue;
+      if constexpr (sizeof(T) == 4) {
+        dst.w[q] = __ldg(reinterpret_cast<const unsigned*>(src) + q);
+      } else {
+        dst.w[q / 2] |= uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src) + q)) << (16 * (q % 2));
+      }
+    }
   }
 }
 

@@ -35,41 +35,56 @@ constexpr int uniform_chunk(int storage_bytes, int columns, int step_channels, i
 }
 
 // Channels per chunk of each side, the dY side's (r columns per chunk) and the X side's (alpha columns): the
-// load phases of the uniform width, and within them the fewest elements in the largest chunk, since the block
-// waits at its barrier for its slowest thread. The uniform width had left a quarter of the threads of the
-// alpha-4 bf16 kernels (128 x 64 channels) without a chunk and the X side's threads with twice the dY side's
-// elements: the warps stalled at the step's barrier in 32% of their cycles (Nsight Compute, Omega_4(3, 2) on
-// 3x3 32:56:256, H100, 2026-11-24). The dY side's chunks come first in a step and fill whole warps.
+// load phases of the uniform width, and within them the least work in the largest chunk, since the block
+// waits at its barrier for its slowest thread. A chunk's work is its elements, each weighted by its side's
+// transform: kPackedElementWork for the packed 16-bit transforms (staging.cuh, transform_store: about one
+// instruction per two outputs, no unpacking or packing), kFp32ElementWork for the FP32 ones (unpacking, the
+// transform's FP32 operations and half a conversion per element). The uniform width had left a quarter of
+// the threads of the alpha-4 bf16 kernels (128 x 64 channels) without a chunk and the X side's threads with
+// twice the dY side's elements: the warps stalled at the step's barrier in 32% of their cycles (Nsight
+// Compute, Omega_4(3, 2) on 3x3 32:56:256, H100, 2026-11-24). The dY side's chunks come first in a step and
+// fill whole warps.
+inline constexpr int kPackedElementWork = 1, kFp32ElementWork = 4;
 struct ChunkWidths {
   int filter, input;
 };
 constexpr ChunkWidths chunk_widths(int storage_bytes, int r, int alpha, int bn, int bm, int k,
-                                   int blocks_per_sm) {
+                                   int blocks_per_sm, bool filter_packed = false, bool input_packed = false) {
   const int uniform = uniform_chunk(storage_bytes, alpha > r ? alpha : r, k * (bn + bm), blocks_per_sm);
   const int phases = chunk_phases(k * bn / uniform + k * bm / uniform);
+  const int filter_work = filter_packed ? kPackedElementWork : kFp32ElementWork;
+  const int input_work = input_packed ? kPackedElementWork : kFp32ElementWork;
+  const auto work = [&](int f, int i) {
+    const int filter = f * r * filter_work, input = i * alpha * input_work;
+    return filter > input ? filter : input;
+  };
   ChunkWidths best{uniform, uniform};
-  int best_elements = uniform * (alpha > r ? alpha : r);
+  int best_work = work(uniform, uniform);
   for (int f = 1; f <= bn; f *= 2) {
     if (bn % f != 0 || (k * bn / f) % 32 != 0) continue;
     for (int i = 1; i <= bm; i *= 2) {
-      const int elements = f * r > i * alpha ? f * r : i * alpha;
-      if (bm % i == 0 && chunk_phases(k * bn / f + k * bm / i) <= phases && elements < best_elements) {
+      if (bm % i == 0 && chunk_phases(k * bn / f + k * bm / i) <= phases && work(f, i) < best_work) {
         best = {f, i};
-        best_elements = elements;
+        best_work = work(f, i);
       }
     }
   }
   return best;
 }
-// The alpha-4 bf16 kernels (128 x 64 channels, 16 units per step): 256 chunks of at most 48 elements, where
-// one width gave 192 chunks of up to 64; the alpha-8 ones (64 x 64) keep their 8-channel chunks on both
-// sides.
+// The alpha-4 bf16 kernels with FP32 transforms (128 x 64 channels, 16 units per step): 256 chunks of at
+// most 48 elements, where one width gave 192 chunks of up to 64; the alpha-8 ones (64 x 64) keep their
+// 8-channel chunks on both sides. Omega_4(2, 3) in 16 bits (64 x 128: its X side packed, its dY side FP32):
+// dY chunks of 8 channels (24 FP32 elements), X chunks of 16 (64 packed).
 static_assert(chunk_widths(2, 3, 4, 128, 64, 16, 1).filter == 16 &&
               chunk_widths(2, 3, 4, 128, 64, 16, 1).input == 8);
 static_assert(chunk_widths(2, 2, 4, 128, 64, 16, 1).filter == 16 &&
               chunk_widths(2, 2, 4, 128, 64, 16, 1).input == 8);
 static_assert(chunk_widths(2, 6, 8, 64, 64, 16, 1).filter == 8 &&
               chunk_widths(2, 6, 8, 64, 64, 16, 1).input == 8);
+static_assert(chunk_widths(2, 3, 4, 64, 128, 16, 1, false, true).filter == 8 &&
+              chunk_widths(2, 3, 4, 64, 128, 16, 1, false, true).input == 16);
+static_assert(chunk_widths(2, 2, 4, 128, 64, 16, 1, true, true).filter == 16 &&
+              chunk_widths(2, 2, 4, 128, 64, 16, 1, true, true).input == 8);
 
 // Rounds of the output transform (Algorithm 3, lines 12-18) whose As[alpha][rows / R][out_stride] floats fit
 // the `bytes` of shared memory that the main loop used.
@@ -104,8 +119,10 @@ struct OmegaConfig {
   // chunks made the bf16 kernels 1.24-1.36x and TF32 1.06-1.12x faster, but split TF32 and FP32 7-12% slower
   // (whose extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
   static constexpr bool chunked = P != Path::kFp32 && P != Path::kTf32x3;
+  static constexpr bool sixteen_bit = kSixteenBit<operand>;
   static constexpr ChunkWidths chunk_width =
-      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm);
+      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm,
+                   sixteen_bit&& Tile::kFilterOneRounding, sixteen_bit&& Tile::kInputOneRounding);
   static constexpr int filter_chunk = chunk_width.filter, input_chunk = chunk_width.input;
   static constexpr int filter_chunks = K * BN / filter_chunk, chunks = filter_chunks + K * BM / input_chunk;
   static constexpr int FC = BN / 32, IC = BM / 32;

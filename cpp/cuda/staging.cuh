@@ -52,8 +52,10 @@ __device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], 
                                    std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>>,
                     "operands packed as stored");
       Packed in[Cols], out[C::alpha];
-      static_for<0, Cols>(
-          [&](auto e) { in[e] = Packed(*reinterpret_cast<const typename Packed::Pair*>(&raw[e].v[2 * w])); });
+      static_for<0, Cols>([&](auto e) {
+        const uint32_t word = raw[e].word(w);
+        in[e] = Packed(*reinterpret_cast<const typename Packed::Pair*>(&word));
+      });
       transform(in, out);
 #pragma unroll
       for (int i = 0; i < C::alpha; ++i) rows[i][w] = out[i].bits();
@@ -98,6 +100,9 @@ struct ChunkStager : StagingGeometry {
   static constexpr int kFilterElements = C::filter_chunk * C::r, kInputElements = C::input_chunk * C::alpha;
   using FilterRaw = Channels<C::filter_chunk, T>[C::r];
   using InputRaw = Channels<C::input_chunk, T>[C::alpha];
+  static_assert(sizeof(FilterRaw) == kFilterElements * sizeof(T) &&
+                    sizeof(InputRaw) == kInputElements * sizeof(T),
+                "both views of the raw registers are whole words");
 
   struct Slot {   // this thread's chunk in one load phase
     bool active;  // fewer chunks than threads in the last phase
@@ -164,13 +169,13 @@ struct ChunkStager : StagingGeometry {
       for (int e = 0; e < C::r; ++e)
         load_channels(filter_raw()[e], src + e * out_c, valid, out_c - oc, vector_loads);
     } else {
+      // Column e at first + e in_c (outside the tensor at the width padding, where nothing is loaded).
       const int ic = ic0 + slot.channel, col0 = w0 + col_offset;
-      const T* row = input + (valid ? (slot.cursor.image * in_h + oh + row_offset) * in_w * in_c + ic : 0);
+      const int first = valid ? ((slot.cursor.image * in_h + oh + row_offset) * in_w + col0) * in_c + ic : 0;
 #pragma unroll
       for (int e = 0; e < C::alpha; ++e) {
         const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
-        load_channels(input_raw()[e], row + (in_bounds ? (col0 + e) * in_c : 0), in_bounds, in_c - ic,
-                      vector_loads);
+        load_channels(input_raw()[e], input + (first + e * in_c), in_bounds, in_c - ic, vector_loads);
       }
     }
     slot.cursor.advance(C::K, walk);
@@ -233,13 +238,12 @@ struct UnitStager : StagingGeometry {
 #pragma unroll
     for (int e = 0; e < C::r; ++e)
       load_channels(filter_raw[e], out_grad + grad_at + e * out_c, valid, out_c - oc, vector_loads);
-    const int row_at = valid ? (cursor.image * in_h + oh + row_offset) * in_w : 0;
+    const int col0 = w0 + col_offset;
+    const int first = valid ? ((cursor.image * in_h + oh + row_offset) * in_w + col0) * in_c + ic : 0;
 #pragma unroll
     for (int e = 0; e < C::alpha; ++e) {
-      const int col = w0 + col_offset + e;
-      const bool in_bounds = valid && column_in_bounds(col, in_w);
-      load_channels(input_raw[e], input + (in_bounds ? (row_at + col) * in_c + ic : 0), in_bounds, in_c - ic,
-                    vector_loads);
+      const bool in_bounds = valid && column_in_bounds(col0 + e, in_w);
+      load_channels(input_raw[e], input + (first + e * in_c), in_bounds, in_c - ic, vector_loads);
     }
     cursor.advance(kUnitsPerPhase, walk);
   }

@@ -222,6 +222,7 @@ WINRS_HD inline RowRange clip_rows(int seg_begin, int seg_end, int fh, int pad_t
 // tile starting at column f0; negative or >= in_w means width padding, read as zero.
 WINRS_HD inline int input_column(int w0, int f0, int t, int pad_left) { return w0 + f0 + t - pad_left; }
 
-WINRS_HD inline bool column_in_bounds(int col, int in_w) { return col >= 0 && col < in_w; }
+// One unsigned comparison: a negative column wraps past any width.
+WINRS_HD inline bool column_in_bounds(int col, int in_w) { return unsigned(col) < unsigned(in_w); }
 
 }  // namespace winrs
