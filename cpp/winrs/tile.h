@@ -204,6 +204,12 @@ struct TileMath {
   }
 };
 
+// Which transforms the 16-bit kernels run packed (one_rounding): both of Omega_4(3, 2)'s, Omega_4(2, 3)'s
+// input transform (its three-tap filter rows (w0 + w1 + w2) / 2 would round twice), none at alpha 8.
+static_assert(TileMath<2>::kFilterOneRounding && TileMath<2>::kInputOneRounding);
+static_assert(!TileMath<1>::kFilterOneRounding && TileMath<1>::kInputOneRounding);
+static_assert(!TileMath<3>::kFilterOneRounding && !TileMath<3>::kInputOneRounding);
+
 // Output-gradient rows of a segment that meet real input rows for filter row fh (Figure 7): rows oh with
 // 0 <= oh + fh - pad_top < in_h. Rows outside only multiply the height zero padding and are skipped.
 struct RowRange {
