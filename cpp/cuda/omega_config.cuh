@@ -119,10 +119,11 @@ struct OmegaConfig {
   // chunks made the bf16 kernels 1.24-1.36x and TF32 1.06-1.12x faster, but split TF32 and FP32 7-12% slower
   // (whose extra registers (fragment splits, the 128-register cap) the chunks' 32 raw registers crowd).
   static constexpr bool chunked = P != Path::kFp32 && P != Path::kTf32x3;
-  static constexpr bool sixteen_bit = kSixteenBit<operand>;
+  // The sides whose transforms run on packed 16-bit words (staging.cuh, transform_store).
+  static constexpr bool filter_packed = kSixteenBit<operand> && Tile::kFilterOneRounding;
+  static constexpr bool input_packed = kSixteenBit<operand> && Tile::kInputOneRounding;
   static constexpr ChunkWidths chunk_width =
-      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm,
-                   sixteen_bit&& Tile::kFilterOneRounding, sixteen_bit&& Tile::kInputOneRounding);
+      chunk_widths(storage_bytes(P), r, alpha, BN, BM, K, blocks_per_sm, filter_packed, input_packed);
   static constexpr int filter_chunk = chunk_width.filter, input_chunk = chunk_width.input;
   static constexpr int filter_chunks = K * BN / filter_chunk, chunks = filter_chunks + K * BM / input_chunk;
   static constexpr int FC = BN / 32, IC = BM / 32;
