@@ -85,8 +85,8 @@ for stage in "$@"; do
       done ;;
     mix)
       # Dynamic instruction mix of the first kernel of each layer (PROFILE_ARGS: profile_layer's flags, e.g.
-      # --kernels=3,2 to force a pair). "details" names each count's opcode ("values" printed the counts alone;
-      # not yet run with details).
+      # --kernels=3,2 to force a pair), each count named by its opcode ("details"; "values" printed the counts
+      # alone).
       for layer in ${PROFILE_LAYERS:-32:56:256:3}; do
         (cd /tmp && ncu --kernel-name regex:omega --launch-skip 2 --launch-count 1 \
           --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max,gpu__time_duration.sum \

@@ -205,9 +205,8 @@ def waves(texts: list[str]) -> None:
 
     for text in texts:
         shape = suite.Shape.parse(text)
-        layer = suite._layer(
-            shape, "bf16", np.random.default_rng(0)
-        )  # made once: a large layer's take seconds
+        # The layer's inputs made once for all its timings: a large layer's take seconds.
+        layer = suite._layer(shape, "bf16", np.random.default_rng(0))
         base, base_ms = _timed_at(layer, None)
         tiles, slots = _resident_tiles(base)
         z0 = base.segments

@@ -101,28 +101,28 @@ __device__ __forceinline__ void load_channels(Channels<P, T>& dst, const T* src,
 #pragma unroll
     for (int i = 0; i < C::kBytes / 16; ++i)
       load_16_or_zero(dst.w + 4 * i, src + i * per_load, valid && remaining > i * per_load);
-  } else if constexpr (Vectors) {
-#pragma unroll
-    for (int i = 0; i < C::kWords; ++i) dst.w[i] = 0;
-    if (valid && remaining > 0) {
-      if constexpr (C::kBytes == 8) {
-        *reinterpret_cast<uint2*>(dst.w) = __ldg(reinterpret_cast<const uint2*>(src));
-      } else if constexpr (C::kBytes == 4) {
-        dst.w[0] = __ldg(reinterpret_cast<const unsigned*>(src));
-      } else {
-        dst.w[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
-      }
-    }
   } else {
 #pragma unroll
     for (int i = 0; i < C::kWords; ++i) dst.w[i] = 0;
+    if constexpr (Vectors) {
+      if (valid && remaining > 0) {
+        if constexpr (C::kBytes == 8) {
+          *reinterpret_cast<uint2*>(dst.w) = __ldg(reinterpret_cast<const uint2*>(src));
+        } else if constexpr (C::kBytes == 4) {
+          dst.w[0] = __ldg(reinterpret_cast<const unsigned*>(src));
+        } else {
+          dst.w[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
+        }
+      }
+    } else {
 #pragma unroll
-    for (int q = 0; q < P; ++q) {
-      if (!(valid && q < remaining)) continue;
-      if constexpr (sizeof(T) == 4) {
-        dst.w[q] = __ldg(reinterpret_cast<const unsigned*>(src) + q);
-      } else {
-        dst.w[q / 2] |= uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src) + q)) << (16 * (q % 2));
+      for (int q = 0; q < P; ++q) {
+        if (!(valid && q < remaining)) continue;
+        if constexpr (sizeof(T) == 4) {
+          dst.w[q] = __ldg(reinterpret_cast<const unsigned*>(src) + q);
+        } else {
+          dst.w[q / 2] |= uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src) + q)) << (16 * (q % 2));
+        }
       }
     }
   }
