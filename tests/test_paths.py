@@ -84,7 +84,7 @@ def test_reduced_precision_paths_really_round(rng):
     assert errors["tf32"] > 20 * errors["fp32"]  # TF32 keeps 10 mantissa bits: ~1e-5 on these sums
 
 
-def test_operand_rounding_matches_ml_dtypes_and_cvt_rna():
+def test_operand_rounding_matches_ml_dtypes_and_cvt_rn():
     rng = np.random.default_rng(7)
     values = np.concatenate(
         [
@@ -97,14 +97,17 @@ def test_operand_rounding_matches_ml_dtypes_and_cvt_rna():
     np.testing.assert_array_equal(out["bf16"], values.astype(ml_dtypes.bfloat16).astype(np.float32))
     with np.errstate(over="ignore"):  # 65520 and the largest normals round to inf in float16, as they should
         np.testing.assert_array_equal(out["fp16"], values.astype(np.float16).astype(np.float32))
-    # TF32 (cvt.rna.tf32.f32): 10 mantissa bits, nearest with ties away from zero.
+    # TF32 (cvt.rn.tf32.f32): 10 mantissa bits, nearest with ties to even.
     bits = values.view(np.uint32)
-    tf32 = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    even = (bits >> np.uint32(13)) & np.uint32(1)
+    tf32 = ((bits + np.uint32(0xFFF) + even) & np.uint32(0xFFFFE000)).view(np.float32)
     np.testing.assert_array_equal(out["tf32"], tf32)
     np.testing.assert_array_equal(out["tf32x3"], tf32)  # the high part
-    ties = np.array([1 + 2.0**-11, -(1 + 2.0**-11), 1 + 3 * 2.0**-11], np.float32)
+    # Halfway cases go to the neighbour with an even last bit: down from 1 + 2^-11 (to 1), up from
+    # 1 + 3 x 2^-11 (to 1 + 2^-9); just above halfway rounds up.
+    ties = np.array([1 + 2.0**-11, -(1 + 2.0**-11), 1 + 3 * 2.0**-11, 1 + 2.0**-11 + 2.0**-23], np.float32)
     rounded = _winrs.round_operand(PATHS.index("tf32"), ties.tolist())
-    assert rounded == [1 + 2.0**-10, -(1 + 2.0**-10), 1 + 2 * 2.0**-10]
+    assert rounded == [1.0, -1.0, 1 + 2.0**-9, 1 + 2.0**-10]
 
 
 def test_kahan_bucket_reduction_keeps_what_plain_summation_loses():

@@ -14,13 +14,22 @@ runs alpha GEMMs of B_N x B_M on the tensor cores. Per unit and block, on one SM
                    + alpha (B_N + B_M) (cvt + st.shared) per element, vectorised as the kernels do
                    + (B_N r + B_M alpha) global loads, 16 bytes each] / 128 lanes per cycle
 
-and the unit delivers n r B_N B_M direct FMAs. Only the accumulators bound the block: alpha B_N B_M <= 32768
-per SM (the kernels' 128 per thread; --accumulators 49152 for three quarters of the register file), B_N = B_M
-as large as that allows (capped by the layer's channels). Everything else is assumed free: fragment loads,
-index arithmetic, barriers, L2 traffic, the output transform, latency. The direct kernel (alpha = 1, no
-transforms) is bounded by the tensor peak. Memory: X and dY read once from HBM. A layer's bound is the best
-of its admissible variants (n divides the filter width; alpha <= 8, as the planner's accuracy budget admits
-in every dtype).
+  shared-memory cycles = 2 alpha (B_N + B_M) b / 128 bytes        the staged operands written once and read
+                                                                   once by the MMAs (each slice read by one
+                                                                   warp or warpgroup: the least reads)
+  L2 cycles     = (B_N + B_M) r s / (L2 bytes per SM and cycle)    dY and X brought to the SM once per unit
+                                                                   (X's columns shared by neighbouring units)
+
+(b: staged operand bytes, 2 in 16 bits, 4 for TF32 words; s: storage bytes) and the unit delivers n r B_N
+B_M direct FMAs. Only the accumulators bound the block: alpha B_N B_M <= 32768 per SM (the kernels' 128 per
+thread; --accumulators 49152 for three quarters of the register file), B_N = B_M as large as that allows
+(capped by the layer's channels). Everything else is assumed free: fragment loads beyond one read, index
+arithmetic, barriers, the output transform, latency, and any overlap is perfect. L2's rate is the highest
+our kernels sustained (8.3 TB/s of reads, docs/benchmarks.md, seventh stop; --l2 to change it). The direct
+kernel (alpha = 1, no transforms) is bounded by the tensor peak. Memory: X and dY read once from HBM. A
+layer's bound is the best of its admissible variants (n divides the filter width; alpha <= 8, as the
+planner's accuracy budget admits in every dtype). --no-memory-terms drops the shared-memory and L2 terms
+(the twelfth stop's bound).
 
 Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators N]
 (winrs_jax importable: installed, or PYTHONPATH=src with the extension built there).
@@ -46,6 +55,8 @@ SMS = 132
 CLOCK_HZ = 1.83e9
 HBM_BYTES_PER_S = 3.35e12
 LANES_PER_CYCLE = 128  # FP32 lanes and issue slots (4 schedulers x 32) per SM
+SMEM_BYTES_PER_CYCLE = 128  # per SM (32 banks of 4 bytes)
+L2_BYTES_PER_S = 8.3e12  # the highest read rate our kernels sustained from L2
 MMA_FMAS_PER_CYCLE = {"bf16": 2048, "f16": 2048, "f32_default": 1024, "f32_highest": 1024 / 3}
 ACCUMULATOR_REGISTERS = 32 * 1024
 # Per element staged: conversion and shared-memory store instructions (per lane), and element bytes.
@@ -62,6 +73,7 @@ class Bound:
     variant: int
     block: int
     tflops: float  # effective (direct) TFLOP/s
+    limit: str  # the term that sets it: tensor, issue, smem or L2
 
 
 def transform_ops(matrix: list[list[float]]) -> int:
@@ -70,13 +82,16 @@ def transform_ops(matrix: list[list[float]]) -> int:
     return int(np.sum(np.maximum(nonzero - 1, 0)))
 
 
-def variant_bound(variant: int, dtype: str, out_c: int, in_c: int, accumulators: int) -> Bound:
+def variant_bound(
+    variant: int, dtype: str, out_c: int, in_c: int, accumulators: int, l2_bytes_per_s: float | None
+) -> Bound:
+    """l2_bytes_per_s None: without the shared-memory and L2 terms."""
     info = _winrs.variants()[variant]
     alpha, n, r = info["alpha"], info["n"], info["r"]
     mma = MMA_FMAS_PER_CYCLE[dtype]
     peak = 2 * mma * SMS * CLOCK_HZ / 1e12
     if variant == 0:
-        return Bound(0, 0, peak)
+        return Bound(0, 0, peak, "tensor")
     side = math.sqrt(accumulators / alpha)
     bn, bm = min(side, out_c), min(side, in_c)
     _, g, dt = _winrs.transform(variant)
@@ -88,17 +103,25 @@ def variant_bound(variant: int, dtype: str, out_c: int, in_c: int, accumulators:
         + alpha * (bn + bm) * per_element
         + (bn * r + bm * alpha) * element_bytes / 16
     ) / LANES_PER_CYCLE
+    cycles = {"tensor": tensor, "issue": issue}
+    if l2_bytes_per_s is not None:
+        storage_bytes = np.dtype(DTYPES[dtype][0]).itemsize
+        cycles["smem"] = 2 * alpha * (bn + bm) * element_bytes / SMEM_BYTES_PER_CYCLE
+        cycles["L2"] = (bn + bm) * r * storage_bytes / (l2_bytes_per_s / SMS / CLOCK_HZ)
+    limit = max(cycles, key=lambda k: cycles[k])
     direct_fmas = n * r * bn * bm
-    tflops = 2 * direct_fmas / max(tensor, issue) * SMS * CLOCK_HZ / 1e12
-    return Bound(variant, int(round(min(bn, bm))), tflops)
+    tflops = 2 * direct_fmas / cycles[limit] * SMS * CLOCK_HZ / 1e12
+    return Bound(variant, int(round(min(bn, bm))), tflops, limit)
 
 
-def layer_bound(row: dict, dtype: str, accumulators: int) -> tuple[float, Bound]:
+def layer_bound(
+    row: dict, dtype: str, accumulators: int, l2_bytes_per_s: float | None
+) -> tuple[float, Bound]:
     """Fastest time (ms) the design could reach on a bench row's layer, and the bound that sets it."""
     variants = _winrs.variants()
     filter_w = row["FW"]
     bounds = [
-        variant_bound(v, dtype, row["COUT"], row["CIN"], accumulators)
+        variant_bound(v, dtype, row["COUT"], row["CIN"], accumulators, l2_bytes_per_s)
         for v, info in enumerate(variants)
         if info["alpha"] <= 8 and filter_w % info["n"] == 0
     ]
@@ -129,7 +152,21 @@ def main() -> None:
         default=ACCUMULATOR_REGISTERS,
         help="FP32 accumulators per SM that bound the block (default: the kernels' 128 per thread)",
     )
+    parser.add_argument(
+        "--l2", type=float, default=L2_BYTES_PER_S, help="L2 read bandwidth, bytes/s (default %(default).3g)"
+    )
+    parser.add_argument(
+        "--no-memory-terms", action="store_true", help="without the shared-memory and L2 terms"
+    )
+    parser.add_argument(
+        "--efficiency",
+        type=float,
+        default=1.0,
+        help="the fraction of each bound a kernel reaches (cuDNN's wgrad kernels ran 3x3 layers at about 0.7 "
+        "of the tensor peak)",
+    )
     args = parser.parse_args()
+    l2 = None if args.no_memory_terms else args.l2
     for path in args.rows:
         rows = [json.loads(line) for line in path.open()]
         rows = [r for r in rows if "layer" in r and modelled(r)]
@@ -139,12 +176,14 @@ def main() -> None:
         for dtype, group in by_dtype.items():
             print(f"\n{path.name} [{dtype}], {len(group)} layers")
             print(
-                "| layer | XLA ms (TF/s) | WinRS ms | PyTorch ms | bound ms (variant, block, TF/s) | bound / XLA |"
+                "| layer | XLA ms (TF/s) | WinRS ms | PyTorch ms | bound ms (variant, block, TF/s, limit) "
+                "| bound / XLA |"
             )
             print("|---|---|---|---|---|---|")
             reach, forced, auto = [], [], []
             for r in group:
-                bound_ms, best = layer_bound(r, dtype, args.accumulators)
+                bound_ms, best = layer_bound(r, dtype, args.accumulators, l2)
+                bound_ms /= args.efficiency
                 speed = r["xla_ms"] / bound_ms
                 reach.append(max(speed, 1.0))
                 forced.append(r["speedup"])
@@ -153,7 +192,7 @@ def main() -> None:
                 name = "direct" if best.variant == 0 else winrs_jax.variants()[best.variant].name
                 print(
                     f"| {r['layer']} | {r['xla_ms']:.3f} ({r['xla_tflops']:.0f}) | {r['winrs_ms']:.3f} | {torch_ms} "
-                    f"| {bound_ms:.3f} ({name}, {best.block}, {best.tflops:.0f}) | {speed:.2f}x |"
+                    f"| {bound_ms:.3f} ({name}, {best.block}, {best.tflops:.0f}, {best.limit}) | {speed:.2f}x |"
                 )
             print(
                 f"geomean vs XLA: forced {geometric_mean(forced):.2f}x, auto {geometric_mean(auto):.2f}x, "

@@ -41,10 +41,21 @@ struct SmemType {
                                std::conditional_t<O == Operand::kF16, StorageType<Storage::kF16>::T, float>>;
 };
 
+// FP32 to TF32, nearest with ties to even (winrs/numeric.h, round_tf32): on sm_90 cvt.rn.tf32.f32, one
+// F2FP.TF32 instruction, where cvt.rna (ties away from zero, the only TF32 conversion before sm_90) compiles
+// to FSETP, a predicated IADD and LOP3 per value (SASS, nvcc 13.0): about a quarter of the TF32 Winograd
+// kernels' instructions (one FSETP and one LOP3 per staged element in Omega_8(3, 6)'s mix; H100,
+// 2026-11-24). Earlier targets round the bits in integers, infinities and NaNs kept.
 __device__ __forceinline__ uint32_t tf32_bits(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
   return r;
+#else
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;
+  return (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+#endif
 }
 
 // P consecutive elements of the storage type, as loaded, in 32-bit words (two 16-bit elements per word, the
@@ -168,7 +179,7 @@ struct FastDivider {
 };
 
 // Shared-memory words of GEMM operands: two 16-bit operands (rounded to nearest even) per word, or one FP32
-// word (TF32 rounded as cvt.rna; split TF32 and FP32 keep the value, split at the fragment load).
+// word (TF32 rounded, tf32_bits; split TF32 and FP32 keep the value, split at the fragment load).
 template <Operand O>
 inline constexpr bool kSixteenBit = O == Operand::kBF16 || O == Operand::kF16;
 

@@ -1,6 +1,6 @@
 // Rounding of FP32 values to the GEMM operand types, written once for the host (the CPU executor emulates the
 // tensor-core paths with it) and matching the device conversions the kernels use:
-//   TF32: cvt.rna.tf32.f32 (nearest, ties away from zero), BF16 and FP16: nearest, ties to even.
+//   TF32, BF16 and FP16: nearest, ties to even (TF32: cvt.rn.tf32.f32 on sm_90, cuda/device.cuh, tf32_bits).
 // The rounded value is returned as a float; a product of two rounded operands is exact in FP32 for all three
 // types (at most 11 x 11 significant bits), so the CPU's FP32 FMA reproduces the tensor cores' products and
 // only the order of the FP32 accumulation differs.
@@ -28,10 +28,11 @@ inline float bits_float(uint32_t u) {
 inline bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 
 inline float round_tf32(float f) {
-  uint32_t u = float_bits(f);
+  const uint32_t u = float_bits(f);
   if (!is_finite_bits(u)) return f;
-  u += 0x1000u;  // half of the 13 dropped bits: magnitude rounds to nearest, ties away from zero
-  return bits_float(u & 0xffffe000u);
+  // Just under half of the 13 dropped bits, plus the kept last bit: the magnitude rounds to nearest, ties to
+  // the even neighbour.
+  return bits_float((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u);
 }
 
 inline uint16_t float_to_bf16_bits(float f) {
