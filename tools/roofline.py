@@ -32,6 +32,7 @@ planner's accuracy budget admits in every dtype). --no-memory-terms drops the sh
 (the twelfth stop's bound).
 
 Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators N]
+[--efficiency F] [--no-memory-terms]
 (winrs_jax importable: installed, or PYTHONPATH=src with the extension built there).
 """
 
