@@ -251,6 +251,21 @@ def test_direct_kernel_forms_match_the_cpu(layer, path, rng):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-2, atol=1e-3 * np.abs(cpu).max())
 
 
+@pytest.mark.parametrize("in_c", [16, 13], ids=["copy-staged", "register-staged"])
+def test_tf32_rounds_ties_to_even_on_the_gpu(in_c):
+    """Every TF32 operand conversion of the kernels rounds to nearest with ties to even, as the CPU executor
+    does (cvt.rn.tf32.f32 on sm_90; cvt.rna, ties away from zero, would give each X value 1 + 2^-10): X at a
+    tie (1 + 2^-11) everywhere, dY ones, so the direct kernel's dW is each tap's count of terms times 1.0."""
+    x = jnp.full((2, 3, 8, in_c), 1 + 2.0**-11, jnp.float32)
+    dy = jnp.ones((2, 3, 8, 16), jnp.float32)
+    options = dict(mode="winrs", kernels=(0, 0), segments=1, path="tf32")
+    gpu = _filter_grad(x, dy, (1, 3), (0, 0, 1, 1), _gpu(), **options)
+    cpu = _filter_grad(x, dy, (1, 3), (0, 0, 1, 1), jax.devices("cpu")[0], **options)
+    counts = np.array([7.0, 8.0, 7.0]) * 2 * 3  # columns each tap meets, times images and rows
+    np.testing.assert_array_equal(cpu, np.broadcast_to(counts[None, None, :, None], cpu.shape))
+    np.testing.assert_array_equal(gpu, cpu)
+
+
 def test_stacked_problems_beyond_one_launch(rng):
     """vmap over 70000 tiny problems: more than gridDim.y allows in one launch, so the launcher splits them."""
     x = jnp.asarray(rng.random((70000, 1, 4, 6, 2), dtype=np.float32))
