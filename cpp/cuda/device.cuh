@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "winrs/numeric.h"
 #include "winrs/paths.h"
 
 namespace winrs::cuda {
@@ -45,16 +46,14 @@ struct SmemType {
 // F2FP.TF32 instruction, where cvt.rna (ties away from zero, the only TF32 conversion before sm_90) compiles
 // to FSETP, a predicated IADD and LOP3 per value (SASS, nvcc 13.0): about a quarter of the TF32 Winograd
 // kernels' instructions (one FSETP and one LOP3 per staged element in Omega_8(3, 6)'s mix; H100,
-// 2026-11-24). Earlier targets round the bits in integers, infinities and NaNs kept.
+// 2026-11-24). Earlier targets round the bits in integers as the CPU executor does (tf32_rounded_bits).
 __device__ __forceinline__ uint32_t tf32_bits(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t r;
   asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
   return r;
 #else
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7f800000u) == 0x7f800000u) return u;
-  return (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+  return tf32_rounded_bits(__float_as_uint(f));
 #endif
 }
 

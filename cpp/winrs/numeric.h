@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "config.h"
 #include "paths.h"
 
 namespace winrs {
@@ -25,15 +26,16 @@ inline float bits_float(uint32_t u) {
   return f;
 }
 
-inline bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
+WINRS_HD constexpr bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 
-inline float round_tf32(float f) {
-  const uint32_t u = float_bits(f);
-  if (!is_finite_bits(u)) return f;
-  // Just under half of the 13 dropped bits, plus the kept last bit: the magnitude rounds to nearest, ties to
-  // the even neighbour.
-  return bits_float((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u);
+// The TF32 value of an FP32 value's bits, as FP32 bits: infinities and NaNs kept, else just under half of the
+// 13 dropped bits plus the kept last bit added, so that the magnitude rounds to nearest, ties to the even
+// neighbour. The CPU executor's rounding and the kernels' before sm_90 (cuda/device.cuh, tf32_bits).
+WINRS_HD constexpr uint32_t tf32_rounded_bits(uint32_t u) {
+  return is_finite_bits(u) ? (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u : u;
 }
+
+inline float round_tf32(float f) { return bits_float(tf32_rounded_bits(float_bits(f))); }
 
 inline uint16_t float_to_bf16_bits(float f) {
   const uint32_t u = float_bits(f);
