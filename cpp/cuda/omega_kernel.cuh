@@ -210,6 +210,61 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
   gemm.template retire<0>();
 }
 
+// Main loop of the three-tap tile staged by the TMA (WgmmaTapsConfig with Tma): a step is L lines of the walk
+// (image fastest, then row), line l's units at rows l x line_rows .. of the step (line_rows: the line's
+// positions, seg_w + Taps - 1, rounded up to the swizzle's 8 rows; L = 64 / line_rows). Thread 0 copies per
+// line one dY box of the segment's width (its trailing Taps - 1 positions and the rows between lines are
+// never written: zero, since the buffers are zeroed once, as a cp.async stager's masks would) and one X box
+// of the line's positions per 32-channel half; lines past the walk's end copy an image past the batch
+// (zeros). The warps wait on the buffer's `full` barrier, run the step's K-blocks that hold units, wait for
+// their MMAs and release the buffer on its `empty` barrier; thread 0 refills it once all warps have.
+template <class C, class Gemm>
+__device__ __forceinline__ void taps_tma_main_loop(const OmegaArgs& args, const WorkTile& work,
+                                                   const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
+                                                   uint64_t* full, uint64_t* empty) {
+  using Smem = typename C::Smem;
+  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
+  const Problem& p = args.problem;
+  const int seg_w = walk.units_per_row, positions = seg_w + C::taps - 1;
+  const int line_rows = (positions + 7) / 8 * 8;  // the launch checks line_rows <= copy_units
+  const int lines_per_step = C::copy_units / line_rows;
+  const int lines = walk.batch * walk.rows;
+  const int steps = (lines + lines_per_step - 1) / lines_per_step;
+  const int subs = ((lines_per_step - 1) * line_rows + seg_w + C::K - 1) / C::K;
+  const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
+  const uint32_t line_bytes =
+      uint32_t(seg_w * C::grad_row + 2 * positions * C::half_channels) * uint32_t(sizeof(Smem));
+  const int tid = threadIdx.x;
+  const auto produce = [&](int s) {  // thread 0
+    Smem* stage = smem + s % stages * step_elems;
+    uint64_t* bar = full + s % stages;
+    mbarrier_arrive_expect(bar, lines_per_step * line_bytes);  // boxes outside the tensor count whole
+    for (int l = 0; l < lines_per_step; ++l) {
+      const int line = s * lines_per_step + l, row = line / walk.batch;
+      const int image = row < walk.rows ? line - row * walk.batch : walk.batch;
+      const int oh = walk.row_begin + (row < walk.rows ? row : 0);
+      const int d = l * line_rows;
+      tma_load_4d(stage + C::grad_offset(d, 0), &args.grad_map, bar, work.oc0, walk.w_begin, oh, image);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        tma_load_4d(stage + C::input_offset(d, half * C::half_channels), &args.input_map, bar,
+                    work.ic0 + half * C::half_channels, walk.w_begin + col_offset, oh + row_offset, image);
+    }
+  };
+  if (tid == 0)
+    for (int s = 0; s < stages && s < steps; ++s) produce(s);
+  for (int s = 0; s < steps; ++s) {
+    mbarrier_wait(full + s % stages, (s / stages) & 1);
+    gemm.run_lines(smem + s % stages * step_elems, subs);
+    if (tid % 32 == 0) mbarrier_arrive(empty + s % stages);
+    if (tid == 0 && s + stages < steps) {
+      mbarrier_wait(empty + s % stages, (s / stages) & 1);
+      produce(s + stages);
+    }
+    __syncwarp();  // warp 0 converged again before the next step's .aligned wgmma instructions
+  }
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kVectorAtomics = true;  // atomicAdd(float4*, float4)
 #else
@@ -293,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
   gemm.init(tid);
 
   if constexpr (C::tma) {
-    uint64_t* full = reinterpret_cast<uint64_t*>(base + C::copy_bytes);
+    uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
     uint64_t* empty = full + C::copy_stages;
     if (tid == 0) {
       for (int s = 0; s < C::copy_stages; ++s) {
@@ -302,8 +357,16 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
       }
       mbarrier_init_fence();
     }
+    if constexpr (C::taps > 1) {  // rows no box writes read as zeros (taps_tma_main_loop)
+      for (size_t i = tid; i < C::copy_bytes / 16; i += kThreads) reinterpret_cast<uint4*>(base)[i] = uint4{};
+      fence_async_proxy();
+    }
     __syncthreads();
-    tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+    if constexpr (C::taps > 1) {
+      taps_tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+    } else {
+      tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+    }
   } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
     stager.init(tid, p, work, walk, input, out_grad);
@@ -399,8 +462,35 @@ bool runs_wgmma() {
 #endif
 }
 
+// Whether the three-tap tile's TMA staging can take a launch, and the width of its segments' dY lines: one
+// problem (the maps address one tensor each), every segment of the launch's kernel as wide as the box or
+// ending at the output's last column (where the box reads zeros past it), and a line's positions in one step.
+// WINRS_JAX_TAPS_TMA=0 keeps cp.async (to compare them).
+inline int taps_tma_line_width(const OmegaArgs& args, int taps, int copy_units) {
+  if (const char* flag = std::getenv("WINRS_JAX_TAPS_TMA"); flag && flag[0] == '0') return 0;
+  if (args.groups != 1) return 0;
+  const SegmentGrid& g = args.grid;
+  const int width = args.kernel == 0 ? g.seg_w : g.out_w - g.width0;
+  const bool ends_at_last_column = args.kernel == 1 || g.width0 == g.out_w;
+  if (!ends_at_last_column || width < 1) return 0;
+  return (width + taps - 1 + 7) / 8 * 8 <= copy_units ? width : 0;
+}
+
 template <Path P, int Block>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
+  if constexpr (kSixteenBit<path_info(P).operand> && Block == kNarrowBlock) {
+    using Tma = WgmmaTapsConfig<P, kDirectTaps, true>;
+    const Problem& p = args.problem;
+    if (const int width = taps_tma_line_width(args, kDirectTaps, Tma::copy_units);
+        width > 0 && runs_wgmma<Tma>()) {
+      OmegaArgs mapped = args;
+      if (encode_line_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
+                            Tma::grad_row, width) &&
+          encode_line_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
+                            Tma::half_channels, width + kDirectTaps - 1))
+        return launch_config<Tma>(mapped, stream);
+    }
+  }
   if constexpr (kSixteenBit<path_info(P).operand>) {
     using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
                                      WgmmaTapsConfig<P, kDirectTaps>>;

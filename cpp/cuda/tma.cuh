@@ -67,12 +67,11 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
-// Host: the tensor map of an N x H x W x C tensor of 16-bit elements at `base` whose boxes are 64 channels
-// (128 bytes: one swizzle row) of one pixel of `images` consecutive images (a multiple of 8: whole periods of
-// the swizzle), 128-byte swizzled, zeros outside.
-// Needs C a multiple of 8 and base 16-byte aligned (launch_direct checks). False if the driver refuses.
-inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
-                               long long c, int images) {
+// Host: the tensor map of an N x H x W x C tensor of 16-bit elements at `base` whose boxes are
+// box[0] channels x box[1] columns x box[2] rows x box[3] images, swizzled, zeros outside. Needs C a multiple
+// of 8 and base 16-byte aligned (the launches check). False if the driver refuses.
+inline bool encode_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
+                         long long c, const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -95,11 +94,27 @@ inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, 
   if (!encode) return false;
   const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
   const cuuint64_t strides[3] = {cuuint64_t(c) * 2, cuuint64_t(w * c) * 2, cuuint64_t(h * w * c) * 2};
-  const cuuint32_t box[4] = {64, 1, 1, cuuint32_t(images)};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box,
-                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Boxes of 64 channels (128 bytes: one swizzle row) of one pixel of `images` consecutive images (a multiple
+// of 8: whole periods of the swizzle), 128-byte swizzled: the one-tap block's (WgmmaConfig with Tma).
+inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
+                               long long c, int images) {
+  const cuuint32_t box[4] = {64, 1, 1, cuuint32_t(images)};
+  return encode_boxes(map, base, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// Boxes of `channels` channels (64 or 32: one 128- or 64-byte swizzle row) of `columns` consecutive columns
+// of one row of one image: a line of the three-tap tile's walk (WgmmaTapsConfig with Tma).
+inline bool encode_line_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
+                              long long c, int channels, int columns) {
+  const cuuint32_t box[4] = {cuuint32_t(channels), cuuint32_t(columns), 1, 1};
+  return encode_boxes(map, base, n, h, w, c, box,
+                      channels * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
 }  // namespace winrs::cuda

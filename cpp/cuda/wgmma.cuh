@@ -72,6 +72,7 @@ struct WgmmaConfig : WgmmaPath<P> {
   // The swizzle repeats every 8 rows (1024 bytes) and is read from address bits: buffers start 1024-aligned.
   static constexpr size_t smem_align = 1024;
   // TMA staging's barriers follow the buffers (which the output rounds reuse): full and empty, per buffer.
+  static constexpr size_t barrier_offset = copy_bytes;
   static constexpr size_t barrier_bytes = Tma ? 2 * copy_stages * sizeof(uint64_t) : 0;
   static constexpr size_t smem_bytes = copy_bytes + smem_align + barrier_bytes;
 
