@@ -210,6 +210,12 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
   gemm.template retire<0>();
 }
 
+// The width of the dY boxes of the three-tap tile's TMA staging: the widest segment of kernel 0's primary
+// columns, or the residual column of kernel 1.
+__host__ __device__ inline int taps_line_width(const SegmentGrid& g, int kernel) {
+  return kernel == 0 ? g.seg_w : g.out_w - g.width0;
+}
+
 // Main loop of the three-tap tile staged by the TMA (WgmmaTapsConfig with Tma): a step is L lines of the walk
 // (image fastest, then row), line l's units at rows l x line_rows .. of the step (line_rows: the line's
 // positions, seg_w + Taps - 1, rounded up to the swizzle's 8 rows; L = 64 / line_rows). Thread 0 copies per
@@ -225,7 +231,9 @@ __device__ __forceinline__ void taps_tma_main_loop(const OmegaArgs& args, const 
   using Smem = typename C::Smem;
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
-  const int seg_w = walk.units_per_row, positions = seg_w + C::taps - 1;
+  // The boxes' width, the widest segment of the launch's kernel (a narrower last one reads zeros past the
+  // output's last column), sets the lines' geometry: the same on every block as the launch's maps.
+  const int seg_w = taps_line_width(args.grid, args.kernel), positions = seg_w + C::taps - 1;
   const int line_rows = (positions + 7) / 8 * 8;  // the launch checks line_rows <= copy_units
   const int lines_per_step = C::copy_units / line_rows;
   const int lines = walk.batch * walk.rows;
@@ -470,7 +478,7 @@ inline int taps_tma_line_width(const OmegaArgs& args, int taps, int copy_units) 
   if (const char* flag = std::getenv("WINRS_JAX_TAPS_TMA"); flag && flag[0] == '0') return 0;
   if (args.groups != 1) return 0;
   const SegmentGrid& g = args.grid;
-  const int width = args.kernel == 0 ? g.seg_w : g.out_w - g.width0;
+  const int width = taps_line_width(g, args.kernel);
   const bool ends_at_last_column = args.kernel == 1 || g.width0 == g.out_w;
   if (!ends_at_last_column || width < 1) return 0;
   return (width + taps - 1 + 7) / 8 * 8 <= copy_units ? width : 0;
