@@ -210,20 +210,29 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
   gemm.template retire<0>();
 }
 
-// The width of the dY boxes of the three-tap tile's TMA staging: the widest segment of kernel 0's primary
-// columns, or the residual column of kernel 1.
-__host__ __device__ inline int taps_line_width(const SegmentGrid& g, int kernel) {
-  return kernel == 0 ? g.seg_w : g.out_w - g.width0;
+// The pieces of the three-tap tile's TMA staging: its dY boxes are `width` positions of one row of one image,
+// the largest divisor of the launch's widest segment (kernel 0's primary columns, or kernel 1's residual
+// column) whose positions (width + Taps - 1) fit a step, at least kMinTmaPiece; 0 where none is. Every
+// segment but the last of the launch is a whole number of pieces; the last ends at the output's last column
+// (taps_tma_piece_width's caller checks), where the boxes read zeros past it.
+inline constexpr int kMinTmaPiece = 16;
+__host__ __device__ inline int taps_tma_piece_width(const SegmentGrid& g, int kernel, int taps,
+                                                    int copy_units) {
+  const int widest = kernel == 0 ? g.seg_w : g.out_w - g.width0;
+  for (int width = copy_units - taps + 1; width >= kMinTmaPiece; --width)
+    if (widest % width == 0) return width;
+  return 0;
 }
 
-// Main loop of the three-tap tile staged by the TMA (WgmmaTapsConfig with Tma): a step is L lines of the walk
-// (image fastest, then row), line l's units at rows l x line_rows .. of the step (line_rows: the line's
-// positions, seg_w + Taps - 1, rounded up to the swizzle's 8 rows; L = 64 / line_rows). Thread 0 copies per
-// line one dY box of the segment's width (its trailing Taps - 1 positions and the rows between lines are
-// never written: zero, since the buffers are zeroed once, as a cp.async stager's masks would) and one X box
-// of the line's positions per 32-channel half; lines past the walk's end copy an image past the batch
-// (zeros). The warps wait on the buffer's `full` barrier, run the step's K-blocks that hold units, wait for
-// their MMAs and release the buffer on its `empty` barrier; thread 0 refills it once all warps have.
+// Main loop of the three-tap tile staged by the TMA (WgmmaTapsConfig with Tma): the walk's lines (image
+// fastest, then row) cut into pieces of `width` positions (taps_tma_piece_width), a step L pieces at rows
+// l x piece_rows .. (piece_rows: width + Taps - 1 rounded up to the swizzle's 8 rows; L = 64 / piece_rows).
+// Thread 0 copies per piece one dY box of `width` positions and one X box of width + Taps - 1 per 32-channel
+// half; the dY rows no box writes (each piece's trailing Taps - 1 positions, the rows between pieces) stay
+// zero, since the buffers are zeroed once, as a cp.async stager's masks would, and pieces past the walk's
+// end copy an image past the batch (zeros). The warps wait on the buffer's `full` barrier, run the step's
+// K-blocks that hold units, wait for their MMAs and release the buffer on its `empty` barrier; thread 0
+// refills it once all warps have.
 template <class C, class Gemm>
 __device__ __forceinline__ void taps_tma_main_loop(const OmegaArgs& args, const WorkTile& work,
                                                    const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
@@ -231,32 +240,33 @@ __device__ __forceinline__ void taps_tma_main_loop(const OmegaArgs& args, const 
   using Smem = typename C::Smem;
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
-  // The boxes' width, the widest segment of the launch's kernel (a narrower last one reads zeros past the
-  // output's last column), sets the lines' geometry: the same on every block as the launch's maps.
-  const int seg_w = taps_line_width(args.grid, args.kernel), positions = seg_w + C::taps - 1;
-  const int line_rows = (positions + 7) / 8 * 8;  // the launch checks line_rows <= copy_units
-  const int lines_per_step = C::copy_units / line_rows;
-  const int lines = walk.batch * walk.rows;
-  const int steps = (lines + lines_per_step - 1) / lines_per_step;
-  const int subs = ((lines_per_step - 1) * line_rows + seg_w + C::K - 1) / C::K;
+  // The same on every block as the launch's maps.
+  const int width = taps_tma_piece_width(args.grid, args.kernel, C::taps, C::copy_units);
+  const int positions = width + C::taps - 1, piece_rows = (positions + 7) / 8 * 8;
+  const int per_step = C::copy_units / piece_rows;
+  const int per_line = (walk.units_per_row + width - 1) / width;  // this segment's pieces per line
+  const int pieces = walk.batch * walk.rows * per_line;
+  const int steps = (pieces + per_step - 1) / per_step;
+  const int subs = ((per_step - 1) * piece_rows + width + C::K - 1) / C::K;
   const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
-  const uint32_t line_bytes =
-      uint32_t(seg_w * C::grad_row + 2 * positions * C::half_channels) * uint32_t(sizeof(Smem));
+  const uint32_t piece_bytes =
+      uint32_t(width * C::grad_row + 2 * positions * C::half_channels) * uint32_t(sizeof(Smem));
   const int tid = threadIdx.x;
   const auto produce = [&](int s) {  // thread 0
     Smem* stage = smem + s % stages * step_elems;
     uint64_t* bar = full + s % stages;
-    mbarrier_arrive_expect(bar, lines_per_step * line_bytes);  // boxes outside the tensor count whole
-    for (int l = 0; l < lines_per_step; ++l) {
-      const int line = s * lines_per_step + l, row = line / walk.batch;
+    mbarrier_arrive_expect(bar, per_step * piece_bytes);  // boxes outside the tensor count whole
+    for (int l = 0; l < per_step; ++l) {
+      const int piece = s * per_step + l, line = piece / per_line, column = (piece - line * per_line) * width;
+      const int row = line / walk.batch;
       const int image = row < walk.rows ? line - row * walk.batch : walk.batch;
-      const int oh = walk.row_begin + (row < walk.rows ? row : 0);
-      const int d = l * line_rows;
-      tma_load_4d(stage + C::grad_offset(d, 0), &args.grad_map, bar, work.oc0, walk.w_begin, oh, image);
+      const int oh = walk.row_begin + (row < walk.rows ? row : 0), ow = walk.w_begin + column;
+      const int d = l * piece_rows;
+      tma_load_4d(stage + C::grad_offset(d, 0), &args.grad_map, bar, work.oc0, ow, oh, image);
 #pragma unroll
       for (int half = 0; half < 2; ++half)
         tma_load_4d(stage + C::input_offset(d, half * C::half_channels), &args.input_map, bar,
-                    work.ic0 + half * C::half_channels, walk.w_begin + col_offset, oh + row_offset, image);
+                    work.ic0 + half * C::half_channels, ow + col_offset, oh + row_offset, image);
     }
   };
   if (tid == 0)
@@ -470,18 +480,15 @@ bool runs_wgmma() {
 #endif
 }
 
-// Whether the three-tap tile's TMA staging can take a launch, and the width of its segments' dY lines: one
-// problem (the maps address one tensor each), every segment of the launch's kernel as wide as the box or
-// ending at the output's last column (where the box reads zeros past it), and a line's positions in one step.
-// WINRS_JAX_TAPS_TMA=0 keeps cp.async (to compare them).
-inline int taps_tma_line_width(const OmegaArgs& args, int taps, int copy_units) {
+// Whether the three-tap tile's TMA staging can take a launch, and its pieces' width: one problem (the maps
+// address one tensor each), the launch's last segment ending at the output's last column (where its boxes
+// read zeros past it), pieces that fit a step (taps_tma_piece_width). WINRS_JAX_TAPS_TMA=0 keeps cp.async
+// (to compare them).
+inline int taps_tma_width(const OmegaArgs& args, int taps, int copy_units) {
   if (const char* flag = std::getenv("WINRS_JAX_TAPS_TMA"); flag && flag[0] == '0') return 0;
-  if (args.groups != 1) return 0;
   const SegmentGrid& g = args.grid;
-  const int width = taps_line_width(g, args.kernel);
-  const bool ends_at_last_column = args.kernel == 1 || g.width0 == g.out_w;
-  if (!ends_at_last_column || width < 1) return 0;
-  return (width + taps - 1 + 7) / 8 * 8 <= copy_units ? width : 0;
+  if (args.groups != 1 || (args.kernel == 0 && g.width0 != g.out_w)) return 0;
+  return taps_tma_piece_width(g, args.kernel, taps, copy_units);
 }
 
 template <Path P, int Block>
@@ -489,7 +496,7 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand> && Block == kNarrowBlock) {
     using Tma = WgmmaTapsConfig<P, kDirectTaps, true>;
     const Problem& p = args.problem;
-    if (const int width = taps_tma_line_width(args, kDirectTaps, Tma::copy_units);
+    if (const int width = taps_tma_width(args, kDirectTaps, Tma::copy_units);
         width > 0 && runs_wgmma<Tma>()) {
       OmegaArgs mapped = args;
       if (encode_line_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
