@@ -115,13 +115,27 @@ def test_starved_layers_chain_their_segments():
     """bf16 3x3 128:14:256: the workspace bound allows 2 buckets, whose 2 segments would give 96 blocks of
     kernel 0 (48 filter-row tiles each) for 132 SMs. The segments share the 2 buckets in chains instead (0.27-0.34
     ms measured with 4 and 2 buckets against 0.53 ms, before the filter-row tile). Where one bucket per segment
-    fills the GPU, the plan keeps one each (ResNet 3x3 128:56:64)."""
+    fills the GPU, the plan keeps one each (3x3 128:56:256)."""
     in_order = PlannerOptions(deterministic=True)
     starved = plan_canonical(128, (14, 14), 256, 256, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
     assert starved.buckets == 2 and starved.segments > 2 * starved.buckets
     assert starved.chain == -(-starved.segments // 2)
-    full = plan_canonical(128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
+    full = plan_canonical(128, (56, 56), 256, 256, (3, 3), (1, 1, 1, 1), "bf16", "bf16", in_order)
     assert full.chain == 1 and full.segments == full.buckets
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("batch, size", [(128, 56), (64, 224), (16, 128)])
+def test_window_tile_segments_divide_the_rows(deterministic, batch, size):
+    """The filter-window tile (16-bit 3x3 layers of at most 64 channels: 3 filter rows x 3 columns per block)
+    copies a segment's rows in pieces of a divisor of its width, so the plan cuts the rows into columns of equal
+    width (Algorithm 2's ceil-div widths gave 19 + 19 + 18 on 128:56:64, no piece wider than 19)."""
+    plan = plan_canonical(
+        batch, (size, size), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
+        PlannerOptions(deterministic=deterministic),
+    )  # fmt: skip
+    assert plan.work_tile == (3, 64, 64)
+    assert size % plan.segment_shape[1] == 0
 
 
 @pytest.mark.parametrize(

@@ -37,15 +37,39 @@
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "cuda/wgmma_wide_taps.cuh"
+#include "cuda/wgmma_window.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
 
+// Filter rows of a config's work tile (variants.h, window_taps), and how many of them it stages one after the
+// other: 1 and 1 unless the config says otherwise (WgmmaWindowConfig: kWindowRows in one pass; RowPasses).
+template <class C, class = void>
+struct TileRows {
+  static constexpr int rows = 1, passes = 1;
+  static constexpr bool window = false;
+};
 template <class C>
-using WgmmaGemmPolicy =
+struct TileRows<C, std::void_t<decltype(C::rows)>> {
+  static constexpr int rows = C::rows, passes = C::row_passes;
+  static constexpr bool window = C::window;
+};
+
+// The filter-window tile's grid where its own kernel does not run (pre-Hopper GPUs, WINRS_JAX_WGMMA=0, rows
+// its staging does not take): the filter-row tile C runs the tile's kWindowRows filter rows one after the
+// other, the same work tiles as the plan counted.
+template <class C>
+struct RowPasses : C {
+  static constexpr int rows = kWindowRows, row_passes = kWindowRows;
+  static constexpr bool window = false;
+};
+
+template <class C>
+using WgmmaGemmPolicy = std::conditional_t<
+    TileRows<C>::window, WgmmaWindowGemm<C>,
     std::conditional_t<(C::taps > 1),
                        std::conditional_t<C::BN == kWideBlock, WgmmaWideTapsGemm<C>, WgmmaTapsGemm<C>>,
-                       WgmmaGemm<C>>;
+                       WgmmaGemm<C>>>;
 template <class C>
 using GemmPolicy =
     std::conditional_t<C::wgmma, WgmmaGemmPolicy<C>,
@@ -210,79 +234,6 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
   gemm.template retire<0>();
 }
 
-// The pieces of the three-tap tile's TMA staging: its dY boxes are `width` positions of one row of one image,
-// the largest divisor of the launch's widest segment (kernel 0's primary columns, or kernel 1's residual
-// column) whose positions (width + Taps - 1) fit a step, at least kMinTmaPiece; 0 where none is. Every
-// segment but the last of the launch is a whole number of pieces; the last ends at the output's last column
-// (taps_tma_piece_width's caller checks), where the boxes read zeros past it.
-inline constexpr int kMinTmaPiece = 16;
-__host__ __device__ inline int taps_tma_piece_width(const SegmentGrid& g, int kernel, int taps,
-                                                    int copy_units) {
-  const int widest = kernel == 0 ? g.seg_w : g.out_w - g.width0;
-  for (int width = copy_units - taps + 1; width >= kMinTmaPiece; --width)
-    if (widest % width == 0) return width;
-  return 0;
-}
-
-// Main loop of the three-tap tile staged by the TMA (WgmmaTapsConfig with Tma): the walk's lines (image
-// fastest, then row) cut into pieces of `width` positions (taps_tma_piece_width), a step L pieces at rows
-// l x piece_rows .. (piece_rows: width + Taps - 1 rounded up to the swizzle's 8 rows; L = 64 / piece_rows).
-// Thread 0 copies per piece one dY box of `width` positions and one X box of width + Taps - 1 per 32-channel
-// half; the dY rows no box writes (each piece's trailing Taps - 1 positions, the rows between pieces) stay
-// zero, since the buffers are zeroed once, as a cp.async stager's masks would, and pieces past the walk's
-// end copy an image past the batch (zeros). The warps wait on the buffer's `full` barrier, run the step's
-// K-blocks that hold units, wait for their MMAs and release the buffer on its `empty` barrier; thread 0
-// refills it once all warps have.
-template <class C, class Gemm>
-__device__ __forceinline__ void taps_tma_main_loop(const OmegaArgs& args, const WorkTile& work,
-                                                   const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
-                                                   uint64_t* full, uint64_t* empty) {
-  using Smem = typename C::Smem;
-  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
-  const Problem& p = args.problem;
-  // The same on every block as the launch's maps.
-  const int width = taps_tma_piece_width(args.grid, args.kernel, C::taps, C::copy_units);
-  const int positions = width + C::taps - 1, piece_rows = (positions + 7) / 8 * 8;
-  const int per_step = C::copy_units / piece_rows;
-  const int per_line = (walk.units_per_row + width - 1) / width;  // this segment's pieces per line
-  const int pieces = walk.batch * walk.rows * per_line;
-  const int steps = (pieces + per_step - 1) / per_step;
-  const int subs = ((per_step - 1) * piece_rows + width + C::K - 1) / C::K;
-  const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
-  const uint32_t piece_bytes =
-      uint32_t(width * C::grad_row + 2 * positions * C::half_channels) * uint32_t(sizeof(Smem));
-  const int tid = threadIdx.x;
-  const auto produce = [&](int s) {  // thread 0
-    Smem* stage = smem + s % stages * step_elems;
-    uint64_t* bar = full + s % stages;
-    mbarrier_arrive_expect(bar, per_step * piece_bytes);  // boxes outside the tensor count whole
-    for (int l = 0; l < per_step; ++l) {
-      const int piece = s * per_step + l, line = piece / per_line, column = (piece - line * per_line) * width;
-      const int row = line / walk.batch;
-      const int image = row < walk.rows ? line - row * walk.batch : walk.batch;
-      const int oh = walk.row_begin + (row < walk.rows ? row : 0), ow = walk.w_begin + column;
-      const int d = l * piece_rows;
-      tma_load_4d(stage + C::grad_offset(d, 0), &args.grad_map, bar, work.oc0, ow, oh, image);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        tma_load_4d(stage + C::input_offset(d, half * C::half_channels), &args.input_map, bar,
-                    work.ic0 + half * C::half_channels, ow + col_offset, oh + row_offset, image);
-    }
-  };
-  if (tid == 0)
-    for (int s = 0; s < stages && s < steps; ++s) produce(s);
-  for (int s = 0; s < steps; ++s) {
-    mbarrier_wait(full + s % stages, (s / stages) & 1);
-    gemm.run_lines(smem + s % stages * step_elems, subs);
-    if (tid % 32 == 0) mbarrier_arrive(empty + s % stages);
-    if (tid == 0 && s + stages < steps) {
-      mbarrier_wait(empty + s % stages, (s / stages) & 1);
-      produce(s + stages);
-    }
-    __syncwarp();  // warp 0 converged again before the next step's .aligned wgmma instructions
-  }
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kVectorAtomics = true;  // atomicAdd(float4*, float4)
 #else
@@ -293,26 +244,30 @@ inline constexpr bool kVectorAtomics = false;
 // row, transforms their alpha accumulators to n filter columns and writes them into the bucket, adds them to
 // it (the next link of a chain, or the residual kernel), or adds them atomically (Vec 4: one vector add per
 // column).
+// Filter rows work.fh .. of the pass (TileRows: the window tile's, one for every other tile) come one after
+// the other in `out`, those past the filter dropped.
 template <class C, class Gemm, int Vec>
 __device__ __forceinline__ void write_round(const float* out, float* bucket, const Problem& p,
                                             const WorkTile& work, int rnd, bool atomic, bool accumulate) {
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   constexpr int groups = C::BM / Vec;  // channel groups of Vec per row
-  for (int e = threadIdx.x; e < C::round_rows * groups; e += kThreads) {
-    const int row = e / groups, col = e % groups * Vec;
+  constexpr int rows = TileRows<C>::rows / TileRows<C>::passes;
+  for (int e = threadIdx.x; e < rows * C::round_rows * groups; e += kThreads) {
+    const int fr = e / (C::round_rows * groups), row = e / groups % C::round_rows, col = e % groups * Vec;
     const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
                    row % Gemm::rows_per_round;
     const int ic = work.ic0 + col;
-    if (oc >= out_c || ic >= in_c) continue;  // Vec > 1 only where in_c % Vec == 0: all Vec are in range
+    if (oc >= out_c || ic >= in_c || work.fh + fr >= filter_h) continue;  // Vec > 1: all Vec are in range
+    const float* slices = out + fr * C::alpha * C::round_rows * C::out_stride;
     float y[Vec][C::n];
 #pragma unroll
     for (int v = 0; v < Vec; ++v) {
       float m[C::alpha];
 #pragma unroll
-      for (int i = 0; i < C::alpha; ++i) m[i] = out[(i * C::round_rows + row) * C::out_stride + col + v];
+      for (int i = 0; i < C::alpha; ++i) m[i] = slices[(i * C::round_rows + row) * C::out_stride + col + v];
       C::Tile::output(m, y[v]);
     }
-    float* dst = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + ic;
+    float* dst = bucket + ((oc * filter_h + work.fh + fr) * filter_w + work.f0) * in_c + ic;
 #pragma unroll
     for (int j = 0; j < C::n; ++j) {
       if (work.f0 + j >= filter_w) break;  // a tile past the filter's last column (variants.h, direct_taps)
@@ -352,85 +307,96 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
   float* workspace = args.workspace + group * args.workspace_elems;
 
   const SegmentGrid& grid = args.grid;
-  const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM);
-  const WorkTile work = scheduler.tile(blockIdx.x);
-  const int bucket_index = grid.bucket_of(work.local), link = grid.link_of(work.local);
+  const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, TileRows<C>::rows);
+  const WorkTile tile = scheduler.tile(blockIdx.x);
+  const int bucket_index = grid.bucket_of(tile.local), link = grid.link_of(tile.local);
   float* bucket =
       bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
   unsigned* semaphore = args.semaphore_offset < 0
                             ? nullptr
                             : reinterpret_cast<unsigned*>(workspace + args.semaphore_offset) +
-                                  (long long)bucket_index * scheduler.tiles_per_segment() + work.slot;
-  const UnitWalk walk = make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
-  Gemm gemm;
-  gemm.init(tid);
-
-  if constexpr (C::tma) {
-    uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
-    uint64_t* empty = full + C::copy_stages;
-    if (tid == 0) {
-      for (int s = 0; s < C::copy_stages; ++s) {
-        mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
-        mbarrier_init(empty + s, kWarps);
-      }
-      mbarrier_init_fence();
-    }
-    if constexpr (C::taps > 1) {  // rows no box writes read as zeros (taps_tma_main_loop)
-      for (size_t i = tid; i < C::copy_bytes / 16; i += kThreads) reinterpret_cast<uint4*>(base)[i] = uint4{};
-      fence_async_proxy();
-    }
-    __syncthreads();
-    if constexpr (C::taps > 1) {
-      taps_tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
-    } else {
-      tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
-    }
-  } else if constexpr (C::copy) {
-    CopyStagerFor<C> stager;
-    stager.init(tid, p, work, walk, input, out_grad);
-    copy_main_loop<C>(stager, gemm, smem, stager.steps());
-  } else {
-    Stager<C> stager;
-    stager.init(tid, p, work, walk, input, out_grad);
-    const int steps = (walk.units() + C::K - 1) / C::K;
-    // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
-    // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a second
-    // copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes of stack,
-    // generic stores).
-    if constexpr (C::chunked || C::blocks_per_sm > 1) {
-      main_loop<C>(stager, gemm, smem, steps, stager.vectors);
-    } else if (stager.vectors) {
-      main_loop<C>(stager, gemm, smem, steps, std::true_type{});
-    } else {
-      main_loop<C>(stager, gemm, smem, steps, std::false_type{});
-    }
-  }
-
-  // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels at
-  // a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the adds'
-  // instructions and L2 requests.
-  float* out = reinterpret_cast<float*>(base);
+                                  (long long)bucket_index * scheduler.tiles_per_segment() + tile.slot;
+  const Segment segment = grid.segment(tile.segment);
   const bool accumulate = args.kernel == 1 || link > 0;
   const bool vector_adds = kVectorAtomics && grid.atomic && p.in_c % 4 == 0 &&
                            reinterpret_cast<uintptr_t>(filter_grad) % sizeof(float4) == 0;
-  static_for<0, C::R>([&](auto round) {
-    constexpr int rnd = decltype(round)::value;
-    __syncthreads();
-    gemm.template stage_round<rnd>(out);
-    __syncthreads();
-    if (rnd == 0 && semaphore) wait_for_link(semaphore, link);  // the chain's previous link has added
-    if (vector_adds) {
-      write_round<C, Gemm, 4>(out, bucket, p, work, rnd, true, accumulate);
+
+  // The tile's filter rows, in passes where its config stages them one after the other (RowPasses).
+  for (int pass = 0; pass < TileRows<C>::passes; ++pass) {
+    WorkTile work = tile;
+    work.fh += pass;
+    if (work.fh >= p.filter_h) break;  // a tile past the filter's last row (variants.h, window_taps)
+    if (pass > 0) __syncthreads();     // the last pass's output rounds read the buffers this one fills
+    const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
+    Gemm gemm;
+    gemm.init(tid);
+
+    if constexpr (C::tma) {
+      uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
+      uint64_t* empty = full + C::copy_stages;
+      if (tid == 0) {
+        for (int s = 0; s < C::copy_stages; ++s) {
+          mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
+          mbarrier_init(empty + s, kWarps);
+        }
+        mbarrier_init_fence();
+      }
+      if constexpr (TileRows<C>::window) {  // rows no box writes read as zeros (window_main_loop)
+        for (size_t i = tid; i < C::copy_bytes / 16; i += kThreads)
+          reinterpret_cast<uint4*>(base)[i] = uint4{};
+        fence_async_proxy();
+      }
+      __syncthreads();
+      if constexpr (TileRows<C>::window) {
+        window_main_loop<C>(args, work, segment, gemm, smem, full, empty);
+      } else {
+        tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+      }
+    } else if constexpr (C::copy) {
+      CopyStagerFor<C> stager;
+      stager.init(tid, p, work, walk, input, out_grad);
+      copy_main_loop<C>(stager, gemm, smem, stager.steps());
     } else {
-      write_round<C, Gemm, 1>(out, bucket, p, work, rnd, grid.atomic, accumulate);
+      Stager<C> stager;
+      stager.init(tid, p, work, walk, input, out_grad);
+      const int steps = (walk.units() + C::K - 1) / C::K;
+      // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
+      // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a
+      // second copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes
+      // of stack, generic stores).
+      if constexpr (C::chunked || C::blocks_per_sm > 1) {
+        main_loop<C>(stager, gemm, smem, steps, stager.vectors);
+      } else if (stager.vectors) {
+        main_loop<C>(stager, gemm, smem, steps, std::true_type{});
+      } else {
+        main_loop<C>(stager, gemm, smem, steps, std::false_type{});
+      }
     }
-  });
+
+    // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels
+    // at a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the
+    // adds' instructions and L2 requests.
+    float* out = reinterpret_cast<float*>(base);
+    static_for<0, C::R>([&](auto round) {
+      constexpr int rnd = decltype(round)::value;
+      __syncthreads();
+      gemm.template stage_round<rnd>(out);
+      __syncthreads();
+      if (rnd == 0 && pass == 0 && semaphore) wait_for_link(semaphore, link);  // the previous link has added
+      if (vector_adds) {
+        write_round<C, Gemm, 4>(out, bucket, p, work, rnd, true, accumulate);
+      } else {
+        write_round<C, Gemm, 1>(out, bucket, p, work, rnd, grid.atomic, accumulate);
+      }
+    });
+  }
   if (semaphore) pass_link(semaphore, link + 1);
 }
 
 template <class C>
 cudaError_t launch_config(const OmegaArgs& args, cudaStream_t stream) {
-  const long long blocks = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
+  const long long blocks =
+      make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, TileRows<C>::rows).count();
   if (blocks < 1 || blocks > INT_MAX || args.groups < 1 || args.groups > 65535)
     return cudaErrorInvalidConfiguration;
   auto* kernel = omega_kernel<C>;
@@ -480,32 +446,42 @@ bool runs_wgmma() {
 #endif
 }
 
-// Whether the three-tap tile's TMA staging can take a launch, and its pieces' width: one problem (the maps
-// address one tensor each), the launch's last segment ending at the output's last column (where its boxes
-// read zeros past it), pieces that fit a step (taps_tma_piece_width). WINRS_JAX_TAPS_TMA=0 keeps cp.async
-// (to compare them).
-inline int taps_tma_width(const OmegaArgs& args, int taps, int copy_units) {
-  if (const char* flag = std::getenv("WINRS_JAX_TAPS_TMA"); flag && flag[0] == '0') return 0;
-  const SegmentGrid& g = args.grid;
-  if (args.groups != 1 || (args.kernel == 0 && g.width0 != g.out_w)) return 0;
-  return taps_tma_piece_width(g, args.kernel, taps, copy_units);
+// The filter-window tile (variants.h, window_taps): its own kernel on Hopper where its staging applies (one
+// problem: the maps address one tensor each; pieces that fit, window_piece_width; the launch's last segment
+// ending at the output's last column, where its boxes read zeros past it), else the filter-row tile over the
+// tile's rows in passes. WINRS_JAX_WINDOW=0 takes the passes on Hopper too (to compare them).
+template <Path P>
+cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
+  if constexpr (kSixteenBit<path_info(P).operand>) {
+    const SegmentGrid& g = args.grid;
+    const char* flag = std::getenv("WINRS_JAX_WINDOW");
+    const bool own =
+        !(flag && flag[0] == '0') && args.groups == 1 && (args.kernel == 1 || g.width0 == g.out_w);
+    if (const int width = own ? window_piece_width(g, args.kernel) : 0;
+        width > 0 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
+      OmegaArgs mapped = args;
+      if (encode_window_maps(&mapped, width)) {
+        switch ((width + 15) / 16) {  // the K-blocks of a piece
+          case 1:
+            return launch_config<WgmmaWindowConfig<P, 1>>(mapped, stream);
+          case 2:
+            return launch_config<WgmmaWindowConfig<P, 2>>(mapped, stream);
+          case 3:
+            return launch_config<WgmmaWindowConfig<P, 3>>(mapped, stream);
+          default:
+            return launch_config<WgmmaWindowConfig<P, 4>>(mapped, stream);
+        }
+      }
+    }
+    using Rows = RowPasses<WgmmaTapsConfig<P, kDirectTaps>>;
+    if (runs_wgmma<Rows>()) return launch_config<Rows>(args, stream);
+    return launch_config<RowPasses<TapsConfig<P, kDirectTaps>>>(args, stream);
+  }
+  return cudaErrorInvalidValue;  // no window tile in 32 bits (variants.h, window_taps)
 }
 
 template <Path P, int Block>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
-  if constexpr (kSixteenBit<path_info(P).operand> && Block == kNarrowBlock) {
-    using Tma = WgmmaTapsConfig<P, kDirectTaps, true>;
-    const Problem& p = args.problem;
-    if (const int width = taps_tma_width(args, kDirectTaps, Tma::copy_units);
-        width > 0 && runs_wgmma<Tma>()) {
-      OmegaArgs mapped = args;
-      if (encode_line_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
-                            Tma::grad_row, width) &&
-          encode_line_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
-                            Tma::half_channels, width + kDirectTaps - 1))
-        return launch_config<Tma>(mapped, stream);
-    }
-  }
   if constexpr (kSixteenBit<path_info(P).operand>) {
     using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
                                      WgmmaTapsConfig<P, kDirectTaps>>;
@@ -529,6 +505,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
     if (shape.columns == kDirectTaps) {
       if (!copies) return cudaErrorMisalignedAddress;
+      if (shape.rows == kWindowRows) return launch_window<P>(args, stream);
       return shape.block_oc == kWideBlock ? launch_taps<P, kWideBlock>(args, stream)
                                           : launch_taps<P, kNarrowBlock>(args, stream);
     }

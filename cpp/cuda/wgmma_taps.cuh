@@ -25,9 +25,7 @@
 
 namespace winrs::cuda {
 
-// Tma: the TMA copies each step's lines of X and dY as boxes (taps_tma_main_loop) instead of the threads'
-// cp.async; a line's dY units start at a multiple of 8 rows, so that each box starts on a swizzle period.
-template <Path P, int Taps, bool Tma = false>
+template <Path P, int Taps>
 struct WgmmaTapsConfig : WgmmaPath<P> {
   using Tile = typename TapsConfig<P, Taps>::Tile;
   using typename WgmmaPath<P>::Smem;
@@ -36,7 +34,7 @@ struct WgmmaTapsConfig : WgmmaPath<P> {
   static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
   static constexpr int blocks_per_sm = 2;
   static constexpr int K = 16;  // units per wgmma (k16)
-  static constexpr bool chunked = false, copy = true, tma = Tma;
+  static constexpr bool chunked = false, copy = true, tma = false;
   static constexpr int copy_substeps = 4, copy_stages = 4;
   static constexpr int copy_units = copy_substeps * K;  // dY units per step
   static constexpr int x_rows = copy_units + Taps - 1;  // X positions per step
@@ -57,10 +55,7 @@ struct WgmmaTapsConfig : WgmmaPath<P> {
   // start (3 KB) where the overlapping panels read 18 rows (1152 bytes): slack past the last buffer keeps it
   // quiet (found by compute-sanitizer on an H100, 2026-11-23).
   static constexpr size_t sanitizer_slack = 2048;
-  // TMA staging's barriers (full and empty, per buffer) after the slack.
-  static constexpr size_t barrier_offset = copy_bytes + sanitizer_slack;
-  static constexpr size_t barrier_bytes = Tma ? 2 * copy_stages * sizeof(uint64_t) : 0;
-  static constexpr size_t smem_bytes = copy_bytes + smem_align + sanitizer_slack + barrier_bytes;
+  static constexpr size_t smem_bytes = copy_bytes + smem_align + sanitizer_slack;
 
   // Output rounds through the same memory, as TapsConfig's.
   static constexpr int out_stride = BM + 4;
@@ -156,35 +151,6 @@ struct WgmmaTapsGemm : WgmmaRows<C> {
 #pragma unroll
         for (int e = 0; e < 4; ++e) pin_register(a[s][e]);
     }
-  }
-
-  // A step of TMA staging (taps_tma_main_loop): its first `subs` K-blocks (the rest hold no units), their
-  // MMAs issued and waited for.
-  __device__ void run_lines(const Smem* step, int subs) {
-    const int group = warp / 4;
-    const Ldmatrix16Lanes l(lane);
-    const int m = warp % 4 * 16 + l.a_m;
-    static_for<0, C::copy_substeps>([&](auto s) {
-      constexpr int sub = decltype(s)::value;
-      if (sub < subs) ldmatrix_x4_trans(a[sub], step + C::grad_offset(sub * C::K + l.a_k, m));
-    });
-    wgmma_fence();
-    constexpr uint32_t sbo = 8 * half_bytes;
-    static_for<0, C::copy_substeps>([&](auto s) {
-      constexpr int sub = decltype(s)::value;
-      if (sub < subs) {
-        const Smem* x = step + C::grad_elems + group * C::half_elems + sub * C::K * C::half_channels;
-        wgmma_register_a<C::operand>(acc, a[sub], wgmma_descriptor(x, half_bytes, sbo, WgmmaSwizzle::k64));
-      }
-    });
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < C::taps * panel_acc; ++i) pin_register(acc[i]);
-#pragma unroll
-    for (int s = 0; s < C::copy_substeps; ++s)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pin_register(a[s][e]);
   }
 
   // Round Round's accumulators to As[tap][row][col]: warpgroup 0's columns, then warpgroup 1's (its input

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "variants.h"
@@ -58,14 +59,23 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
   const int64_t pad_h = std::max<int64_t>({p.pad_top, p.pad_bottom, 1});
   const int64_t h_max = std::max<int64_t>(1, p.out_h / pad_h);
   z_hat = std::max<int64_t>(1, std::min(z_hat, h_max * w_max));
-  const bool rows_first = pair.variant0 == 0 && tile_shape(pair.variant0, path, p).columns > 1;
+  const TileShape tile = tile_shape(pair.variant0, path, p);
+  const bool rows_first = pair.variant0 == 0 && tile.columns > 1;
 
   int64_t seg_h = p.out_h, seg_w = pair.width0;
   if (z_hat == 1) {
     // one segment column over the primary region
   } else if (rows_first) {
-    const int64_t columns = ceil_div(z_hat, h_max);  // 1 while the rows suffice
-    seg_w = ceil_div(w_max, columns) * r0;           // the last column takes fewer (segments.h)
+    int64_t columns = ceil_div(z_hat, h_max);  // 1 while the rows suffice
+    // The filter-window tile copies a segment's rows in pieces of a divisor of its width (cuda/
+    // wgmma_window.cuh): columns of equal width, the divisor of W_max nearest to the count asked for.
+    if (tile.rows > 1 && w_max % columns != 0) {
+      int64_t best = 1;
+      for (int64_t c = 1; c <= w_max; ++c)
+        if (w_max % c == 0 && std::abs(c - columns) <= std::abs(best - columns)) best = c;  // ties: more
+      columns = best;
+    }
+    seg_w = ceil_div(w_max, columns) * r0;  // the last column takes fewer (segments.h)
     seg_h = p.out_h / ceil_div(z_hat, columns);
   } else if (z_hat >= w_max) {
     seg_h = p.out_h * w_max / z_hat;
@@ -101,7 +111,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
 int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
   const TileShape t = tile_shape(variant, path, p);
-  return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * p.filter_h *
+  return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * ceil_div(p.filter_h, t.rows) *
          ceil_div(p.filter_w, t.columns);
 }
 

@@ -1,7 +1,8 @@
 // The work decomposition of one kernel of the pair, written once for the CPU executor and the CUDA kernels
 // (paper section 5.1): segment -> work tile -> unit.
 //
-// A work tile is one segment of that kernel, one filter row fh, one filter-gradient tile of n columns and one
+// A work tile is one segment of that kernel, one filter row fh (or `rows` rows from fh: the filter-window
+// tile, variants.h), one filter-gradient tile of n columns and one
 // B_N x B_M block of output x input channels; on the GPU it is one thread block, on the CPU one work item.
 // Input-channel blocks vary fastest so that neighbouring tiles share their dY and X reads in L2.
 // Inside a tile, the units of the segment (r-wide pieces of dY rows that meet real input rows for fh, see
@@ -19,19 +20,19 @@ struct WorkTile {
   int segment;   // z, an index into the SegmentGrid
   int local;     // its number among the kernel's segments (SegmentGrid::kernel_index)
   int slot;      // the tile's place among the tiles of its segment: its semaphore is bucket x tiles + slot
-  int fh;        // filter row
+  int fh;        // (first) filter row
   int f0;        // first filter-gradient column of the tile
   int oc0, ic0;  // first output and input channel of the block
 };
 
 struct TileScheduler {
   SegmentGrid grid;
-  int kernel;  // 0: the primary columns of the grid, 1: the residual column
-  int filter_h, tiles_per_row, n;
+  int kernel;                             // 0: the primary columns of the grid, 1: the residual column
+  int row_tiles, rows, tiles_per_row, n;  // a tile covers `rows` filter rows and n filter columns
   int block_oc, block_ic, oc_blocks, ic_blocks;
 
   WINRS_HD int segments() const { return grid.kernel_segments(kernel); }
-  WINRS_HD int tiles_per_segment() const { return filter_h * tiles_per_row * oc_blocks * ic_blocks; }
+  WINRS_HD int tiles_per_segment() const { return row_tiles * tiles_per_row * oc_blocks * ic_blocks; }
   WINRS_HD long long count() const { return (long long)segments() * tiles_per_segment(); }
   // Tiles [link_begin(k), link_begin(k + 1)) are the segments of link k of every chain (segments.h): the
   // links follow each other in tile order, so a block never waits for a link that starts after it.
@@ -48,8 +49,8 @@ struct TileScheduler {
     index /= oc_blocks;
     t.f0 = int(index % tiles_per_row) * n;
     index /= tiles_per_row;
-    t.fh = int(index % filter_h);
-    t.local = int(index / filter_h);
+    t.fh = int(index % row_tiles) * rows;
+    t.local = int(index / row_tiles);
     const int cols = grid.cols(), primary = grid.primary_cols();
     t.segment = kernel == 0 ? (t.local / primary) * cols + t.local % primary : t.local * cols + primary;
     return t;
@@ -57,10 +58,11 @@ struct TileScheduler {
 };
 
 WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid& grid, int kernel, int n,
-                                             int block_oc, int block_ic) {
+                                             int block_oc, int block_ic, int rows = 1) {
   return TileScheduler{grid,
                        kernel,
-                       int(p.filter_h),
+                       int((p.filter_h + rows - 1) / rows),  // a tile may pass the filter's last row too
+                       rows,
                        int((p.filter_w + n - 1) / n),  // a filter-row tile may pass the filter's last column
                        n,
                        block_oc,

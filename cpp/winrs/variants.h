@@ -173,12 +173,24 @@ constexpr bool wide_taps(int variant, Path path, const Problem& p) {
   return tiles * p.out_h * ((p.out_w + kWidePiece - 1) / kWidePiece) >= kWideTiles;
 }
 
-// The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M) and the
-// blocks resident per SM. One function for the planner's block count and the kernel launch.
+// The filter-window tile: the 64 x 64 filter-row tile over kWindowRows filter rows at once (16 bits, filter
+// heights from 3), so that a block stages each dY row once for all kWindowRows x kDirectTaps taps instead of
+// once per filter row, and one dY fragment feeds kWindowRows MMAs. On Hopper one block per SM runs it by
+// wgmma with TMA staging (cuda/wgmma_window.cuh); elsewhere, and where its staging does not apply, the
+// filter-row tile runs its rows one after the other in the same grid (omega_kernel.cuh).
+inline constexpr int kWindowRows = 3;
+constexpr bool window_taps(int variant, Path path, const Problem& p) {
+  return direct_taps(variant, path, p.filter_w, p.out_c, p.in_c) && storage_bytes(path) == 2 &&
+         p.filter_h >= kWindowRows;
+}
+
+// The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M), the
+// blocks resident per SM and filter rows. One function for the planner's block count and the kernel launch.
 struct TileShape {
-  int columns, block_oc, block_ic, blocks_per_sm;
+  int columns, block_oc, block_ic, blocks_per_sm, rows = 1;
 };
 constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
+  if (window_taps(variant, path, p)) return {kDirectTaps, kNarrowBlock, kNarrowBlock, 1, kWindowRows};
   if (direct_taps(variant, path, p.filter_w, p.out_c, p.in_c))
     return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
   if (wide_taps(variant, path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
