@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
     for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic] :
          {std::tuple{3, 6, 64, 64, 64, 0, true}, std::tuple{2, 5, 60, 40, 56, 1, false},
           std::tuple{5, 4, 100, 64, 48, 0, false}, std::tuple{3, 7, 28, 24, 64, 0, true},
-          std::tuple{1, 9, 45, 64, 16, 1, false}}) {
+          std::tuple{1, 9, 45, 64, 16, 1, false}, std::tuple{3, 5, 14, 64, 64, 0, true}}) {
       if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,

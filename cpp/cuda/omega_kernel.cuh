@@ -461,13 +461,11 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
         width > 0 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
       OmegaArgs mapped = args;
       if (encode_window_maps(&mapped, width)) {
-        switch ((width + 15) / 16) {  // the K-blocks of a piece
+        switch ((width + 15) / 16) {  // the K-blocks of a piece (3: one piece per step, as 4)
           case 1:
             return launch_config<WgmmaWindowConfig<P, 1>>(mapped, stream);
           case 2:
             return launch_config<WgmmaWindowConfig<P, 2>>(mapped, stream);
-          case 3:
-            return launch_config<WgmmaWindowConfig<P, 3>>(mapped, stream);
           default:
             return launch_config<WgmmaWindowConfig<P, 4>>(mapped, stream);
         }
