@@ -44,15 +44,18 @@ namespace winrs::cuda {
 
 // Filter rows of a config's work tile (variants.h, window_taps), and how many of them it stages one after the
 // other: 1 and 1 unless the config says otherwise (WgmmaWindowConfig: kWindowRows in one pass; RowPasses).
+// Also the block's threads: kThreads unless the config says otherwise (WgmmaWindowConfig: a warpgroup per
+// row).
 template <class C, class = void>
 struct TileRows {
-  static constexpr int rows = 1, passes = 1;
+  static constexpr int rows = 1, passes = 1, threads = kThreads;
   static constexpr bool window = false;
 };
 template <class C>
 struct TileRows<C, std::void_t<decltype(C::rows)>> {
   static constexpr int rows = C::rows, passes = C::row_passes;
   static constexpr bool window = C::window;
+  static constexpr int threads = C::threads;
 };
 
 // The filter-window tile's grid where its own kernel does not run (pre-Hopper GPUs, WINRS_JAX_WGMMA=0, rows
@@ -60,7 +63,7 @@ struct TileRows<C, std::void_t<decltype(C::rows)>> {
 // other, the same work tiles as the plan counted.
 template <class C>
 struct RowPasses : C {
-  static constexpr int rows = kWindowRows, row_passes = kWindowRows;
+  static constexpr int rows = kWindowRows, row_passes = kWindowRows, threads = kThreads;
   static constexpr bool window = false;
 };
 
@@ -252,7 +255,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   constexpr int groups = C::BM / Vec;  // channel groups of Vec per row
   constexpr int rows = TileRows<C>::rows / TileRows<C>::passes;
-  for (int e = threadIdx.x; e < rows * C::round_rows * groups; e += kThreads) {
+  for (int e = threadIdx.x; e < rows * C::round_rows * groups; e += TileRows<C>::threads) {
     const int fr = e / (C::round_rows * groups), row = e / groups % C::round_rows, col = e % groups * Vec;
     const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
                    row % Gemm::rows_per_round;
@@ -285,7 +288,7 @@ __device__ __forceinline__ void write_round(const float* out, float* bucket, con
 }
 
 template <class C>
-__global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
+__global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
     omega_kernel(const __grid_constant__ OmegaArgs args) {
   using Gemm = GemmPolicy<C>;
   using T = typename C::Storage;
@@ -337,12 +340,12 @@ __global__ void __launch_bounds__(kThreads, C::blocks_per_sm)
       if (tid == 0) {
         for (int s = 0; s < C::copy_stages; ++s) {
           mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
-          mbarrier_init(empty + s, kWarps);
+          mbarrier_init(empty + s, TileRows<C>::threads / 32);
         }
         mbarrier_init_fence();
       }
       if constexpr (TileRows<C>::window) {  // rows no box writes read as zeros (window_main_loop)
-        for (size_t i = tid; i < C::copy_bytes / 16; i += kThreads)
+        for (size_t i = tid; i < C::copy_bytes / 16; i += TileRows<C>::threads)
           reinterpret_cast<uint4*>(base)[i] = uint4{};
         fence_async_proxy();
       }
@@ -410,7 +413,7 @@ cudaError_t launch_config(const OmegaArgs& args, cudaStream_t stream) {
     return e;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks), unsigned(args.groups));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(TileRows<C>::threads);
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
   // The launch's own status, not an earlier error left by someone else's kernel (cudaGetLastError would

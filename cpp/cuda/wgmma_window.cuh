@@ -4,14 +4,15 @@
 // The filter-row tile (wgmma_taps.cuh) stages a dY row and its X row for one filter row: a 3 x 3 layer's
 // blocks read every dY row three times, and each step's four MMAs carry the step's waits. Here a step is a
 // piece of one dY row (`width` positions, a divisor of the segment's width) and the three X rows it meets,
-// copied by the TMA (one dY box, one X box of 3 rows x (width + 2) positions per 32-channel half; zeros
-// outside the tensor stand for the padding); filter row i's operand is the X rows shifted by i x (width + 2)
-// rows and filter column j's by j more, so every tap is one descriptor of the same buffer, and the taps of
-// a filter row are one m64n96k16 whose three N panels overlap (wgmma_taps.cuh). Both operands are read from
-// shared memory (dY as the transposed A): three MMAs per dY K-block.
+// copied by the TMA (one dY box, one X box of 3 rows x (width + 2) positions of 64 channels; zeros outside
+// the tensor stand for the padding); filter row i's operand is the X rows shifted by i x (width + 2) rows and
+// filter column j's by j more, so every tap is one descriptor of the same buffer. Warpgroup i computes filter
+// row i: its three taps are one m64n192k16 whose three 64-channel N panels overlap in memory, one row apart
+// (the 128-byte swizzle's form of wgmma_taps.cuh's m64n96k16). Both operands are read from shared memory
+// (dY as the transposed A).
 //
-// A block per SM (144 accumulators per thread). Thread 0 issues the copies; a warp releases a buffer when
-// the MMAs that read it are done.
+// Three warpgroups, a block per SM (96 accumulators per thread). Thread 0 issues the copies; a warp releases
+// a buffer when the MMAs that read it are done.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +43,9 @@ __host__ __device__ inline int window_piece_width(const SegmentGrid& g, int kern
   return best_fill >= 48 ? best : 0;
 }
 
-// Subs: the K-blocks of 16 dY positions that a piece fills (1 to 4). A step takes 4 / Subs pieces (of as
+// Subs: the K-blocks of 16 dY positions that a piece takes (1, 2 or 4). A step takes 4 / Subs pieces (of as
 // many dY rows, or images), each in its own K-blocks of dY and its own rows of X, so that every step runs
-// four K-blocks: with one piece per step, pieces of 28 positions ran 0.107 ms on 3x3 128:56:64 (bf16, H100).
+// four K-blocks.
 template <Path P, int Subs>
 struct WgmmaWindowConfig : WgmmaPath<P> {
   using Tile = typename TapsConfig<P, kDirectTaps>::Tile;
@@ -53,6 +54,7 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int alpha = kDirectTaps, n = kDirectTaps, r = 1, taps = kDirectTaps;
   static constexpr int rows = kWindowRows, row_passes = 1;  // all filter rows of the tile in one pass
   static constexpr bool window = true;
+  static constexpr int threads = rows * 128;  // a warpgroup per filter row
   static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
   static constexpr int blocks_per_sm = 1;
   static constexpr int K = 16;
@@ -66,17 +68,15 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   // A piece's X rows: kWindowRows rows of up to piece_units + 2 positions, on whole swizzle periods (TMA).
   static constexpr int piece_x_rows = (rows * (piece_units + taps - 1) + 7) / 8 * 8;
 
-  // dY: copy_units rows of 64 channels (128 bytes), 128-byte swizzled; X: two halves of 32 channels (64-byte
-  // rows, 64-byte swizzled) of kWindowRows x (width + 2) rows, with room for the last K-block's reads past
-  // them (their dY rows are zero). The halves start on the 64-byte swizzle's 512-byte period.
-  static constexpr int grad_row = BN, half_channels = BM / 2;
-  static_assert(grad_row * sizeof(Smem) == 128 && half_channels * sizeof(Smem) == 64);
+  // dY: copy_units rows of 64 output channels, X: x_rows rows of 64 input channels (128 bytes), both
+  // 128-byte swizzled, with room in X for the last K-block's reads past its pieces (their dY rows are zero).
+  static constexpr int grad_row = BN, x_row = BM;
+  static_assert(grad_row * sizeof(Smem) == 128 && x_row * sizeof(Smem) == 128);
   static constexpr int grad_elems = copy_units * grad_row;
-  static constexpr int half_rows = 232;  // the most of pieces x piece_x_rows (Subs = 1: 4 x 56), and 8 more
-  static_assert(pieces * piece_x_rows + 8 <= half_rows);
-  static constexpr int half_elems = half_rows * half_channels;
-  static constexpr int copy_step_elems = grad_elems + 2 * half_elems;
-  static_assert(copy_step_elems * sizeof(Smem) % 1024 == 0 && half_elems * sizeof(Smem) % 512 == 0);
+  static constexpr int x_rows = 232;  // the most of pieces x piece_x_rows (Subs = 1: 4 x 56), and 8 more
+  static_assert(pieces * piece_x_rows + 8 <= x_rows && x_rows % 8 == 0);
+  static constexpr int copy_step_elems = grad_elems + x_rows * x_row;
+  static_assert(copy_step_elems * sizeof(Smem) % 1024 == 0);
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   static constexpr size_t smem_align = 1024;
   static constexpr size_t sanitizer_slack = 2048;  // as WgmmaTapsConfig's
@@ -90,68 +90,66 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int round_rows = BN / R;
 };
 
-// D (64 x 96, FP32) += A (64 x 16) B (16 x 96), both from shared memory as MN-major (transposed) operands.
-#define WINRS_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+// D (64 x 192, FP32) += A (64 x 16) B (16 x 192), both from shared memory as MN-major (transposed) operands.
+#define WINRS_D8(i)                                                                           \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
 // clang-format off
-#define WINRS_WGMMA_SS_N96(TYPES)                                                                           \
-  asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32." TYPES                                          \
-               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "     \
-               "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "  \
-               "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, 1, 1, 1, 1, 1;\n"          \
-               : WINRS_D4(0), WINRS_D4(4), WINRS_D4(8), WINRS_D4(12), WINRS_D4(16), WINRS_D4(20),            \
-                 WINRS_D4(24), WINRS_D4(28), WINRS_D4(32), WINRS_D4(36), WINRS_D4(40), WINRS_D4(44)          \
+#define WINRS_WGMMA_SS_N192(TYPES)                                                                        \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPES                                       \
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+               "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "\
+               "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "\
+               "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "\
+               "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "\
+               "%91, %92, %93, %94, %95}, %96, %97, 1, 1, 1, 1, 1;\n"                                     \
+               : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24), WINRS_D8(32), WINRS_D8(40),         \
+                 WINRS_D8(48), WINRS_D8(56), WINRS_D8(64), WINRS_D8(72), WINRS_D8(80), WINRS_D8(88)        \
                : "l"(a), "l"(b))
 // clang-format on
 template <Operand O>
-__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], uint64_t a, uint64_t b) {
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t a, uint64_t b) {
 #if WINRS_WGMMA_CODE
   if constexpr (O == Operand::kBF16) {
-    WINRS_WGMMA_SS_N96("bf16.bf16");
+    WINRS_WGMMA_SS_N192("bf16.bf16");
   } else {
-    WINRS_WGMMA_SS_N96("f16.f16");
+    WINRS_WGMMA_SS_N192("f16.f16");
   }
 #endif
 }
-#undef WINRS_WGMMA_SS_N96
-#undef WINRS_D4
+#undef WINRS_WGMMA_SS_N192
+#undef WINRS_D8
 
-// The GEMM policy of WgmmaWindowConfig: warpgroup g multiplies all 64 output channels by input channels
-// 32 g .. 32 g + 31 of every tap; warp w holds output channels 16 (w % 4) .. + 15. Filter row i's
-// accumulators are acc[i], whose panel j (columns 32 j ..) is filter column j.
+// The GEMM policy of WgmmaWindowConfig: warpgroup i (warps 4 i .. 4 i + 3) accumulates filter row i, all 64
+// output channels by all 64 input channels of its three taps; warp w holds output channels 16 (w % 4) ..
+// + 15, and its accumulator panel j (columns 64 j ..) is filter column j.
 template <class C>
 struct WgmmaWindowGemm : WgmmaRows<C> {
   using WgmmaRows<C>::rows_per_round;
   using Smem = typename C::Smem;
-  static constexpr int panel_acc = C::half_channels / 2;  // accumulators per tap and thread
-  static constexpr uint32_t half_bytes = C::half_channels * sizeof(Smem),
-                            grad_bytes = C::grad_row * sizeof(Smem);
+  static constexpr int panel_acc = C::x_row / 2;  // accumulators per tap and thread
+  static constexpr uint32_t row_bytes = 128;
   int warp, lane;
-  float acc[C::rows][C::taps * panel_acc];
+  float acc[C::taps * panel_acc];
 
   __device__ void init(int tid) {
     warp = tid / 32;
     lane = tid % 32;
 #pragma unroll
-    for (int i = 0; i < C::rows; ++i)
-#pragma unroll
-      for (int j = 0; j < C::taps * panel_acc; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < C::taps * panel_acc; ++j) acc[j] = 0.0f;
   }
 
-  // A step: its K-blocks of dY (piece sub / Subs) by the piece's X rows of every filter row (`line`
-  // positions apart), issued and committed, not waited for (retire). The K-block count is fixed: a runtime
-  // count (a loop, or conditions or a switch around the MMAs) made ptxas fence or serialize them.
+  // A step: its K-blocks of dY (piece sub / Subs) by the piece's X rows of this warpgroup's filter row (X row
+  // i x `line` of the piece), issued and committed, not waited for (retire). The K-block count is fixed: a
+  // runtime count (a loop, or conditions or a switch around the MMAs) made ptxas fence or serialize them.
   __device__ void run_step(const Smem* step, int line) {
-    const Smem* x = step + C::grad_elems + warp / 4 * C::half_elems;
+    const Smem* x = step + C::grad_elems + warp / 4 * line * C::x_row;
     wgmma_fence();
 #pragma unroll
     for (int sub = 0; sub < C::copy_substeps; ++sub) {
-      const uint64_t a = wgmma_descriptor(step + sub * C::K * C::grad_row, 8 * grad_bytes, 8 * grad_bytes);
-      const Smem* piece_x = x + (sub / C::subs * C::piece_x_rows + sub % C::subs * C::K) * C::half_channels;
-#pragma unroll
-      for (int i = 0; i < C::rows; ++i)
-        wgmma_m64n96k16<C::operand>(acc[i], a,
-                                    wgmma_descriptor(piece_x + i * line * C::half_channels, half_bytes,
-                                                     8 * half_bytes, WgmmaSwizzle::k64));
+      const uint64_t a = wgmma_descriptor(step + sub * C::K * C::grad_row, 8 * row_bytes, 8 * row_bytes);
+      const Smem* piece_x = x + (sub / C::subs * C::piece_x_rows + sub % C::subs * C::K) * C::x_row;
+      wgmma_m64n192k16<C::operand>(acc, a, wgmma_descriptor(piece_x, row_bytes, 8 * row_bytes));
     }
     wgmma_commit();
   }
@@ -161,20 +159,16 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
   __device__ void retire() {
     wgmma_wait<Pending>();
 #pragma unroll
-    for (int i = 0; i < C::rows; ++i)
-#pragma unroll
-      for (int j = 0; j < C::taps * panel_acc; ++j) pin_register(acc[i][j]);
+    for (int j = 0; j < C::taps * panel_acc; ++j) pin_register(acc[j]);
   }
 
   template <int Round>
   __device__ void stage_round(float* out) const {
 #pragma unroll
-    for (int i = 0; i < C::rows; ++i)
-#pragma unroll
-      for (int j = 0; j < C::taps; ++j)
-        stage_wgmma_fragment<C, Round, rows_per_round, panel_acc / 4>(
-            out + (i * C::taps + j) * C::round_rows * C::out_stride, acc[i] + j * panel_acc, warp % 4,
-            warp / 4 * C::half_channels, lane);
+    for (int j = 0; j < C::taps; ++j)
+      stage_wgmma_fragment<C, Round, rows_per_round, panel_acc / 4>(
+          out + (warp / 4 * C::taps + j) * C::round_rows * C::out_stride, acc + j * panel_acc, warp % 4, 0,
+          lane);
   }
 };
 
@@ -193,9 +187,8 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   const int total = batch * (seg.h_end - seg.h_begin) * per_line;  // pieces
   const int steps = (total + C::pieces - 1) / C::pieces;
   const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
-  const uint32_t step_bytes = C::pieces *
-                              uint32_t(width * C::grad_row + 2 * C::rows * line * C::half_channels) *
-                              sizeof(typename C::Smem);
+  const uint32_t step_bytes =
+      C::pieces * uint32_t(width * C::grad_row + C::rows * line * C::x_row) * sizeof(typename C::Smem);
   const int tid = threadIdx.x;
   const auto produce = [&](int s) {  // thread 0
     typename C::Smem* stage = smem + s % stages * step_elems;
@@ -208,17 +201,14 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
       const int image = q < total ? rest % batch : batch, oh = q < total ? seg.h_begin + rest / batch : 0;
       const int ow = seg.w_begin + piece * width;
       tma_load_4d(stage + b * C::piece_units * C::grad_row, &args.grad_map, bar, work.oc0, ow, oh, image);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        tma_load_4d(stage + C::grad_elems + half * C::half_elems + b * C::piece_x_rows * C::half_channels,
-                    &args.input_map, bar, work.ic0 + half * C::half_channels, ow + col_offset,
-                    oh + row_offset, image);
+      tma_load_4d(stage + C::grad_elems + b * C::piece_x_rows * C::x_row, &args.input_map, bar, work.ic0,
+                  ow + col_offset, oh + row_offset, image);
     }
   };
   if (tid == 0)
     for (int s = 0; s < stages && s < steps; ++s) produce(s);
-  // Thread 0 refills a buffer two steps after its own warp released it, when the other warpgroup has most
-  // likely released it too: waiting at once held warpgroup 0 to warpgroup 1's pace at every step.
+  // Thread 0 refills a buffer two steps after its own warp released it, when the other warpgroups have most
+  // likely released it too: waiting at once would hold warpgroup 0 to the slowest one's pace at every step.
   constexpr int refill_lag = 2;
   static_assert(stages > refill_lag);
   for (int s = 0; s < steps; ++s) {
@@ -237,17 +227,17 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   }
 }
 
-// Host: the window's maps of dY (boxes of 64 channels x `width` positions of one row) and X (two 32-channel
-// halves: boxes of 32 channels x (width + 2) positions x kWindowRows rows); false if the driver refuses.
+// Host: the window's maps of dY (boxes of 64 channels x `width` positions of one row) and X (boxes of 64
+// channels x (width + 2) positions x kWindowRows rows); false if the driver refuses.
 inline bool encode_window_maps(OmegaArgs* args, int width) {
   const Problem& p = args->problem;
   const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width), 1, 1};
-  const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock / 2), cuuint32_t(width + kDirectTaps - 1),
+  const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
                                    cuuint32_t(kWindowRows), 1};
   return encode_boxes(&args->grad_map, args->out_grad, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
                       CU_TENSOR_MAP_SWIZZLE_128B) &&
          encode_boxes(&args->input_map, args->input, p.batch, p.in_h, p.in_w, p.in_c, input_box,
-                      CU_TENSOR_MAP_SWIZZLE_64B);
+                      CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace winrs::cuda
