@@ -210,10 +210,11 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, out_h, out_w, 2, 3});
     }
-    // The filter-window tile (16 bits: 3 filter rows of the 64 x 64 filter-row tile; by the TMA on sm_90,
-    // in passes of the filter-row tile elsewhere and with WINRS_JAX_WINDOW=0): segments of 64, 60, 100, 28
-    // and 45 columns in pieces of 32 (two per row), 60, 50, 28 and 45; partial channel blocks (40:56, 64:48,
-    // 24:64, 64:16); chained and atomic. The cases above run it in passes (no piece fills its K-blocks).
+    // The filter-window tile (16 bits: 3 filter rows x 3 columns of a 64 x 64 block, by the TMA on sm_90; the
+    // filter-row tile elsewhere and with WINRS_JAX_WINDOW=0): segments of 64, 60, 100, 28, 45 and 14 columns
+    // in pieces of 32 (two per row), 60, 50, 28, 45 and 14 (one, two or four pieces per step, the last step
+    // partly past the walk); partial channel blocks (40:56, 64:48, 24:64, 64:16); chained and atomic. The
+    // cases above run the filter-row tile (no piece fills its K-blocks).
     for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic] :
          {std::tuple{3, 6, 64, 64, 64, 0, true}, std::tuple{2, 5, 60, 40, 56, 1, false},
           std::tuple{5, 4, 100, 64, 48, 0, false}, std::tuple{3, 7, 28, 24, 64, 0, true},

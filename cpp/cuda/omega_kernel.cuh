@@ -42,29 +42,17 @@
 
 namespace winrs::cuda {
 
-// Filter rows of a config's work tile (variants.h, window_taps), and how many of them it stages one after the
-// other: 1 and 1 unless the config says otherwise (WgmmaWindowConfig: kWindowRows in one pass; RowPasses).
-// Also the block's threads: kThreads unless the config says otherwise (WgmmaWindowConfig: a warpgroup per
-// row).
+// Filter rows of a config's work tile and its threads: 1 and kThreads, except the filter-window tile's
+// (WgmmaWindowConfig: kWindowRows rows, a warpgroup each).
 template <class C, class = void>
 struct TileRows {
-  static constexpr int rows = 1, passes = 1, threads = kThreads;
+  static constexpr int rows = 1, threads = kThreads;
   static constexpr bool window = false;
 };
 template <class C>
-struct TileRows<C, std::void_t<decltype(C::rows)>> {
-  static constexpr int rows = C::rows, passes = C::row_passes;
+struct TileRows<C, std::void_t<decltype(C::window)>> {
+  static constexpr int rows = C::rows, threads = C::threads;
   static constexpr bool window = C::window;
-  static constexpr int threads = C::threads;
-};
-
-// The filter-window tile's grid where its own kernel does not run (pre-Hopper GPUs, WINRS_JAX_WGMMA=0, rows
-// its staging does not take): the filter-row tile C runs the tile's kWindowRows filter rows one after the
-// other, the same work tiles as the plan counted.
-template <class C>
-struct RowPasses : C {
-  static constexpr int rows = kWindowRows, row_passes = kWindowRows, threads = kThreads;
-  static constexpr bool window = false;
 };
 
 template <class C>
@@ -247,14 +235,14 @@ inline constexpr bool kVectorAtomics = false;
 // row, transforms their alpha accumulators to n filter columns and writes them into the bucket, adds them to
 // it (the next link of a chain, or the residual kernel), or adds them atomically (Vec 4: one vector add per
 // column).
-// Filter rows work.fh .. of the pass (TileRows: the window tile's, one for every other tile) come one after
-// the other in `out`, those past the filter dropped.
+// Filter rows work.fh .. of the tile (TileRows) come one after the other in `out`, those past the filter
+// dropped.
 template <class C, class Gemm, int Vec>
 __device__ __forceinline__ void write_round(const float* out, float* bucket, const Problem& p,
                                             const WorkTile& work, int rnd, bool atomic, bool accumulate) {
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   constexpr int groups = C::BM / Vec;  // channel groups of Vec per row
-  constexpr int rows = TileRows<C>::rows / TileRows<C>::passes;
+  constexpr int rows = TileRows<C>::rows;
   for (int e = threadIdx.x; e < rows * C::round_rows * groups; e += TileRows<C>::threads) {
     const int fr = e / (C::round_rows * groups), row = e / groups % C::round_rows, col = e % groups * Vec;
     const int oc = work.oc0 + (row / Gemm::rows_per_round) * Gemm::owner_rows + rnd * Gemm::rows_per_round +
@@ -311,88 +299,81 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
 
   const SegmentGrid& grid = args.grid;
   const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, TileRows<C>::rows);
-  const WorkTile tile = scheduler.tile(blockIdx.x);
-  const int bucket_index = grid.bucket_of(tile.local), link = grid.link_of(tile.local);
+  const WorkTile work = scheduler.tile(blockIdx.x);
+  const int bucket_index = grid.bucket_of(work.local), link = grid.link_of(work.local);
   float* bucket =
       bucket_index == 0 ? filter_grad : workspace + (long long)(bucket_index - 1) * p.filter_elems();
   unsigned* semaphore = args.semaphore_offset < 0
                             ? nullptr
                             : reinterpret_cast<unsigned*>(workspace + args.semaphore_offset) +
-                                  (long long)bucket_index * scheduler.tiles_per_segment() + tile.slot;
-  const Segment segment = grid.segment(tile.segment);
+                                  (long long)bucket_index * scheduler.tiles_per_segment() + work.slot;
+  const Segment segment = grid.segment(work.segment);
   const bool accumulate = args.kernel == 1 || link > 0;
   const bool vector_adds = kVectorAtomics && grid.atomic && p.in_c % 4 == 0 &&
                            reinterpret_cast<uintptr_t>(filter_grad) % sizeof(float4) == 0;
 
-  // The tile's filter rows, in passes where its config stages them one after the other (RowPasses).
-  for (int pass = 0; pass < TileRows<C>::passes; ++pass) {
-    WorkTile work = tile;
-    work.fh += pass;
-    if (work.fh >= p.filter_h) break;  // a tile past the filter's last row (variants.h, window_taps)
-    if (pass > 0) __syncthreads();     // the last pass's output rounds read the buffers this one fills
-    const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
-    Gemm gemm;
-    gemm.init(tid);
+  const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
+  Gemm gemm;
+  gemm.init(tid);
 
-    if constexpr (C::tma) {
-      uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
-      uint64_t* empty = full + C::copy_stages;
-      if (tid == 0) {
-        for (int s = 0; s < C::copy_stages; ++s) {
-          mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
-          mbarrier_init(empty + s, TileRows<C>::threads / 32);
-        }
-        mbarrier_init_fence();
+  if constexpr (C::tma) {
+    uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
+    uint64_t* empty = full + C::copy_stages;
+    if (tid == 0) {
+      for (int s = 0; s < C::copy_stages; ++s) {
+        mbarrier_init(full + s, 1);  // the producer's arrival, with the copies' bytes
+        mbarrier_init(empty + s, TileRows<C>::threads / 32);
       }
-      if constexpr (TileRows<C>::window) {  // rows no box writes read as zeros (window_main_loop)
-        for (size_t i = tid; i < C::copy_bytes / 16; i += TileRows<C>::threads)
-          reinterpret_cast<uint4*>(base)[i] = uint4{};
-        fence_async_proxy();
-      }
-      __syncthreads();
-      if constexpr (TileRows<C>::window) {
-        window_main_loop<C>(args, work, segment, gemm, smem, full, empty);
-      } else {
-        tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
-      }
-    } else if constexpr (C::copy) {
-      CopyStagerFor<C> stager;
-      stager.init(tid, p, work, walk, input, out_grad);
-      copy_main_loop<C>(stager, gemm, smem, stager.steps());
-    } else {
-      Stager<C> stager;
-      stager.init(tid, p, work, walk, input, out_grad);
-      const int steps = (walk.units() + C::K - 1) / C::K;
-      // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
-      // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a
-      // second copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes
-      // of stack, generic stores).
-      if constexpr (C::chunked || C::blocks_per_sm > 1) {
-        main_loop<C>(stager, gemm, smem, steps, stager.vectors);
-      } else if (stager.vectors) {
-        main_loop<C>(stager, gemm, smem, steps, std::true_type{});
-      } else {
-        main_loop<C>(stager, gemm, smem, steps, std::false_type{});
-      }
+      mbarrier_init_fence();
     }
-
-    // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels
-    // at a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the
-    // adds' instructions and L2 requests.
-    float* out = reinterpret_cast<float*>(base);
-    static_for<0, C::R>([&](auto round) {
-      constexpr int rnd = decltype(round)::value;
-      __syncthreads();
-      gemm.template stage_round<rnd>(out);
-      __syncthreads();
-      if (rnd == 0 && pass == 0 && semaphore) wait_for_link(semaphore, link);  // the previous link has added
-      if (vector_adds) {
-        write_round<C, Gemm, 4>(out, bucket, p, work, rnd, true, accumulate);
-      } else {
-        write_round<C, Gemm, 1>(out, bucket, p, work, rnd, grid.atomic, accumulate);
-      }
-    });
+    if constexpr (TileRows<C>::window) {  // rows no box writes read as zeros (window_main_loop)
+      for (size_t i = tid; i < C::copy_bytes / 16; i += TileRows<C>::threads)
+        reinterpret_cast<uint4*>(base)[i] = uint4{};
+      fence_async_proxy();
+    }
+    __syncthreads();
+    if constexpr (TileRows<C>::window) {
+      window_main_loop<C>(args, work, segment, gemm, smem, full, empty);
+    } else {
+      tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
+    }
+  } else if constexpr (C::copy) {
+    CopyStagerFor<C> stager;
+    stager.init(tid, p, work, walk, input, out_grad);
+    copy_main_loop<C>(stager, gemm, smem, stager.steps());
+  } else {
+    Stager<C> stager;
+    stager.init(tid, p, work, walk, input, out_grad);
+    const int steps = (walk.units() + C::K - 1) / C::K;
+    // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
+    // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a
+    // second copy spilled, and the chunk-staged alpha-16 kernels' two copies were not inlined: 848 bytes
+    // of stack, generic stores).
+    if constexpr (C::chunked || C::blocks_per_sm > 1) {
+      main_loop<C>(stager, gemm, smem, steps, stager.vectors);
+    } else if (stager.vectors) {
+      main_loop<C>(stager, gemm, smem, steps, std::true_type{});
+    } else {
+      main_loop<C>(stager, gemm, smem, steps, std::false_type{});
+    }
   }
+
+  // Output transform in R rounds (write_result, Algorithm 3 lines 12-18). Atomic adds go 4 input channels
+  // at a time where Hopper's vector atomics (RED.ADD.F32x4) and dW's alignment allow: a quarter of the
+  // adds' instructions and L2 requests.
+  float* out = reinterpret_cast<float*>(base);
+  static_for<0, C::R>([&](auto round) {
+    constexpr int rnd = decltype(round)::value;
+    __syncthreads();
+    gemm.template stage_round<rnd>(out);
+    __syncthreads();
+    if (rnd == 0 && semaphore) wait_for_link(semaphore, link);  // the chain's previous link has added
+    if (vector_adds) {
+      write_round<C, Gemm, 4>(out, bucket, p, work, rnd, true, accumulate);
+    } else {
+      write_round<C, Gemm, 1>(out, bucket, p, work, rnd, grid.atomic, accumulate);
+    }
+  });
   if (semaphore) pass_link(semaphore, link + 1);
 }
 
@@ -449,10 +430,23 @@ bool runs_wgmma() {
 #endif
 }
 
-// The filter-window tile (variants.h, window_taps): its own kernel on Hopper where its staging applies (one
-// problem: the maps address one tensor each; pieces that fit, window_piece_width; the launch's last segment
-// ending at the output's last column, where its boxes read zeros past it), else the filter-row tile over the
-// tile's rows in passes. WINRS_JAX_WINDOW=0 takes the passes on Hopper too (to compare them).
+template <Path P, int Block>
+cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
+  if constexpr (kSixteenBit<path_info(P).operand>) {
+    using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
+                                     WgmmaTapsConfig<P, kDirectTaps>>;
+    if (runs_wgmma<Wgmma>()) return launch_config<Wgmma>(args, stream);
+  }
+  if constexpr (Block == kNarrowBlock || kSixteenBit<path_info(P).operand>)
+    return launch_config<TapsConfig<P, kDirectTaps, Block>>(args, stream);
+  return cudaErrorInvalidValue;  // no wide tile in 32 bits (variants.h, wide_taps)
+}
+
+// The filter-window tile (variants.h, window_taps) where its staging applies: on Hopper, one problem (the
+// maps address one tensor each), pieces that fill their K-blocks (window_piece_width), the launch's last
+// segment ending at the output's last column (where its boxes read zeros past it). Elsewhere the filter-row
+// tile, a block per filter row (the plan's semaphores count those blocks). WINRS_JAX_WINDOW=0 takes the
+// filter-row tile on Hopper too (to compare them).
 template <Path P>
 cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
@@ -474,23 +468,8 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
         }
       }
     }
-    using Rows = RowPasses<WgmmaTapsConfig<P, kDirectTaps>>;
-    if (runs_wgmma<Rows>()) return launch_config<Rows>(args, stream);
-    return launch_config<RowPasses<TapsConfig<P, kDirectTaps>>>(args, stream);
   }
-  return cudaErrorInvalidValue;  // no window tile in 32 bits (variants.h, window_taps)
-}
-
-template <Path P, int Block>
-cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
-  if constexpr (kSixteenBit<path_info(P).operand>) {
-    using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
-                                     WgmmaTapsConfig<P, kDirectTaps>>;
-    if (runs_wgmma<Wgmma>()) return launch_config<Wgmma>(args, stream);
-  }
-  if constexpr (Block == kNarrowBlock || kSixteenBit<path_info(P).operand>)
-    return launch_config<TapsConfig<P, kDirectTaps, Block>>(args, stream);
-  return cudaErrorInvalidValue;  // no wide tile in 32 bits (variants.h, wide_taps)
+  return launch_taps<P, kNarrowBlock>(args, stream);
 }
 
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;

@@ -52,7 +52,7 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   using typename WgmmaPath<P>::Smem;
 
   static constexpr int alpha = kDirectTaps, n = kDirectTaps, r = 1, taps = kDirectTaps;
-  static constexpr int rows = kWindowRows, row_passes = 1;  // all filter rows of the tile in one pass
+  static constexpr int rows = kWindowRows;
   static constexpr bool window = true;
   static constexpr int threads = rows * 128;  // a warpgroup per filter row
   static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;

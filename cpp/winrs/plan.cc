@@ -109,10 +109,13 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
 }
 
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
-int64_t blocks_per_segment(const Problem& p, int variant, Path path) {
+// `one_row`: as if its tiles took one filter row each, an upper bound for the launches that run the
+// filter-row tile where the filter-window tile's staging does not apply (cuda/omega_kernel.cuh,
+// launch_window).
+int64_t blocks_per_segment(const Problem& p, int variant, Path path, bool one_row = false) {
   const TileShape t = tile_shape(variant, path, p);
-  return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) * ceil_div(p.filter_h, t.rows) *
-         ceil_div(p.filter_w, t.columns);
+  return ceil_div(p.out_c, t.block_oc) * ceil_div(p.in_c, t.block_ic) *
+         ceil_div(p.filter_h, one_row ? 1 : t.rows) * ceil_div(p.filter_w, t.columns);
 }
 
 // 1, or more where `bound` segments of one bucket each would not fill the GPU once.
@@ -318,7 +321,7 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   for (int kernel = 0; kernel < 2; ++kernel)
     if (plan.grid.chain(kernel) > 1 && !options.atomic)
       plan.semaphores[kernel] =
-          buckets * blocks_per_segment(p, kernel == 0 ? pair.variant0 : pair.variant1, options.path);
+          buckets * blocks_per_segment(p, kernel == 0 ? pair.variant0 : pair.variant1, options.path, true);
   plan.workspace_elems = (buckets - 1) * p.filter_elems() + plan.semaphores[0] + plan.semaphores[1];
   plan.supported = true;
   return plan;

@@ -175,9 +175,9 @@ constexpr bool wide_taps(int variant, Path path, const Problem& p) {
 
 // The filter-window tile: the 64 x 64 filter-row tile over kWindowRows filter rows at once (16 bits, filter
 // heights from 3), so that a block stages each dY row once for all kWindowRows x kDirectTaps taps instead of
-// once per filter row, and one dY fragment feeds kWindowRows MMAs. On Hopper one block per SM runs it by
-// wgmma with TMA staging (cuda/wgmma_window.cuh); elsewhere, and where its staging does not apply, the
-// filter-row tile runs its rows one after the other in the same grid (omega_kernel.cuh).
+// once per filter row. On Hopper one block per SM runs it by wgmma with TMA staging, a warpgroup per filter
+// row (cuda/wgmma_window.cuh); elsewhere, and where its staging does not apply, the filter-row tile runs
+// instead, a block per filter row (the plan's semaphores count those; cuda/omega_kernel.cuh, launch_window).
 inline constexpr int kWindowRows = 3;
 constexpr bool window_taps(int variant, Path path, const Problem& p) {
   return direct_taps(variant, path, p.filter_w, p.out_c, p.in_c) && storage_bytes(path) == 2 &&
