@@ -134,8 +134,9 @@ def test_window_tile_segments_divide_the_rows(deterministic, batch, size):
         batch, (size, size), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
         PlannerOptions(deterministic=deterministic),
     )  # fmt: skip
-    assert plan.work_tile == (3, 64, 64)
+    assert plan.work_tile == (3, 64, 64, 3)
     assert size % plan.segment_shape[1] == 0
+    assert "a thread block computes 3 filter rows x 3 filter columns" in str(plan)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
     the rows run out (Algorithm 2's one-column segments made its 3x3 layers 3x slower on an H100)."""
     plan = plan_canonical(batch, (size, size), in_c, out_c, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
                           PlannerOptions(sm_count=132))  # fmt: skip
-    assert [k.index for k in plan.kernels] == [0] and plan.work_tile == (3, 64, 64)
+    assert [k.index for k in plan.kernels] == [0] and plan.work_tile == (3, 64, 64, 3)
     seg_h, seg_w = plan.segment_shape
     columns = -(-size // seg_w)
     assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape
@@ -173,7 +174,8 @@ def test_wide_filter_row_tile_where_it_fills_the_gpu(batch, size, channels, filt
     tf32 = plan_canonical(batch, (size, size), channels, channels, (3, filter_w), pads, "tf32", "tf32",
                           PlannerOptions(sm_count=132, kernels=(0, 0)))  # fmt: skip
     assert [k.index for k in plan.kernels] == [0] and [k.index for k in tf32.kernels] == [0]
-    assert plan.work_tile == ((3, 128, 128) if wide else (1, 128, 128)) and tf32.work_tile == (1, 128, 128)
+    assert plan.work_tile == ((3, 128, 128, 1) if wide else (1, 128, 128, 1))
+    assert tf32.work_tile == (1, 128, 128, 1)
     assert "a thread block computes " + ("3 filter columns" if wide else "1 filter column") in str(plan)
     assert (plan.segment_shape[1] >= plan.out_grad_hw[1] // 2) == wide, plan.segment_shape
     assert tf32.segment_shape[1] < tf32.out_grad_hw[1] // 2, tf32.segment_shape

@@ -175,10 +175,11 @@ NB_MODULE(_winrs, m) {
         d["workspace_elems"] = plan.workspace_elems;
         d["baseline_segments"] = plan.baseline_segments;
         d["predicted_seconds"] = plan.predicted_seconds;
-        // Kernel 0's work tile on the GPU (variants.h, tile_shape): filter columns, output x input channels.
+        // Kernel 0's work tile on the GPU (variants.h, tile_shape): filter columns, output x input channels,
+        // filter rows.
         const winrs::TileShape tile = plan.supported ? winrs::tile_shape(plan.variant0, plan.path, op.problem)
-                                                     : winrs::TileShape{0, 0, 0, 0};
-        d["work_tile"] = nb::make_tuple(tile.columns, tile.block_oc, tile.block_ic);
+                                                     : winrs::TileShape{0, 0, 0, 0, 0};
+        d["work_tile"] = nb::make_tuple(tile.columns, tile.block_oc, tile.block_ic, tile.rows);
         return d;
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),

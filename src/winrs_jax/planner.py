@@ -192,8 +192,9 @@ class Plan:
     segment_shape: tuple[int, int] = (0, 0)
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
-    # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels).
-    work_tile: tuple[int, int, int] = (0, 0, 0)
+    # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels, filter
+    # rows).
+    work_tile: tuple[int, int, int, int] = (0, 0, 0, 0)
     # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
     # stride and filter dilation. Each filter depth tap fd meets the padded input's depth slices
     # fd * dilation + stride * j (j < output depth) as the 2D problem described by the rest of the plan (strided
@@ -357,10 +358,12 @@ class Plan:
 
     def _tile_text(self) -> str:
         """Kernel 0's GPU work tile in words (a thread block's share of dW)."""
-        columns, out_c, in_c = self.work_tile
+        columns, out_c, in_c, rows = self.work_tile
         if not columns:
             return ""
         filter_columns = "1 filter column" if columns == 1 else f"{columns} filter columns"
+        if rows > 1:
+            filter_columns = f"{rows} filter rows x {filter_columns} (on Hopper)"
         return f"; on the GPU a thread block computes {filter_columns} of {out_c} x {in_c} channels"
 
     def _depth_text(self) -> str:
