@@ -108,13 +108,4 @@ inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, 
   return encode_boxes(map, base, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// Boxes of `channels` channels (64 or 32: one 128- or 64-byte swizzle row) of `columns` consecutive columns
-// of one row of one image: a line of the three-tap tile's walk (WgmmaTapsConfig with Tma).
-inline bool encode_line_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
-                              long long c, int channels, int columns) {
-  const cuuint32_t box[4] = {cuuint32_t(channels), cuuint32_t(columns), 1, 1};
-  return encode_boxes(map, base, n, h, w, c, box,
-                      channels * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
-}
-
 }  // namespace winrs::cuda
