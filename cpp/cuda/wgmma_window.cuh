@@ -173,7 +173,7 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
 };
 
 // Main loop of the window tile: the segment's dY rows (image fastest, then row) in pieces of `width`
-// positions (window_piece_width, the same as the launch's boxes), one piece per step, with all of the
+// positions (window_piece_width, the same as the launch's boxes), C::pieces pieces per step, with all of the
 // segment's rows (padding rows read as zeros). dY rows past a piece in a buffer stay zero: the buffers are
 // zeroed once (omega_kernel) and no box writes them.
 template <class C, class Gemm>

@@ -2,8 +2,8 @@
 // (paper section 5.1): segment -> work tile -> unit.
 //
 // A work tile is one segment of that kernel, one filter row fh (or `rows` rows from fh: the filter-window
-// tile, variants.h), one filter-gradient tile of n columns and one
-// B_N x B_M block of output x input channels; on the GPU it is one thread block, on the CPU one work item.
+// tile, variants.h), one filter-gradient tile of n columns and one B_N x B_M block of output x input
+// channels; on the GPU it is one thread block, on the CPU one work item.
 // Input-channel blocks vary fastest so that neighbouring tiles share their dY and X reads in L2.
 // Inside a tile, the units of the segment (r-wide pieces of dY rows that meet real input rows for fh, see
 // clip_rows) are walked batch fastest, then unit column, then row.
