@@ -300,7 +300,13 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   // take them whatever their traffic, buckets only within the workspace bound.
   const int64_t z_accurate =
       fp32_accurate(options.reference) ? ceil_div(p.batch * p.out_h * p.out_w, kMaxSumPositions) : 1;
-  const int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
+  int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
+  // The filter-window tile runs one block per SM and per segment and channel block: atomic adds may take one
+  // wave of them even past kAtomicShare (3x3 16:128:64 fp16 got 64 segments on 132 SMs, 0.095 ms against
+  // bf16's 128 and 0.063; H100, 2026-11-24).
+  if (const TileShape tile = tile_shape(pair.variant0, options.path, p); options.atomic && tile.rows > 1)
+    z_limit = std::max<int64_t>(z_limit, ceil_div(int64_t(options.sm_count) * tile.blocks_per_sm,
+                                                  blocks_per_segment(p, pair.variant0, options.path)));
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
   plan.grid = segment_shape(p, pair, options.path, z);
