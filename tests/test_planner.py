@@ -124,6 +124,18 @@ def test_starved_layers_chain_their_segments():
     assert full.chain == 1 and full.segments == full.buckets
 
 
+def test_window_tile_semaphores_count_one_row_tiles():
+    """Where the filter-window tile's staging does not apply (stacked problems, other GPUs) the launch runs the
+    filter-row tile, a block per filter row: the chained plan's semaphores count those blocks (3 per segment and
+    bucket here), not the window's one, or the fallback's semaphores would run past the workspace."""
+    plan = plan_canonical(
+        128, (56, 56), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
+        PlannerOptions(deterministic=True, sm_count=132),
+    )  # fmt: skip
+    assert plan.work_tile == (3, 64, 64, 3) and plan.chain > 1
+    assert plan.workspace_elems == (plan.buckets - 1) * 3 * 3 * 64 * 64 + plan.buckets * 3
+
+
 @pytest.mark.parametrize("path", ["bf16", "fp16"])
 def test_window_tile_takes_a_wave_of_atomic_segments(path):
     """The filter-window tile runs one block per SM and segment: atomic adds may take a wave of segments past their

@@ -17,10 +17,10 @@
 
 #include <cstdint>
 
+#include "cuda/direct_taps.cuh"
 #include "cuda/omega.h"
 #include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
-#include "cuda/wgmma_taps.cuh"
 #include "winrs/schedule.h"
 
 namespace winrs::cuda {
