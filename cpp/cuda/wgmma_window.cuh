@@ -158,6 +158,10 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
   template <int Pending>
   __device__ void retire() {
     wgmma_wait<Pending>();
+    pin();
+  }
+
+  __device__ void pin() {
 #pragma unroll
     for (int j = 0; j < C::taps * panel_acc; ++j) pin_register(acc[j]);
   }
@@ -207,17 +211,19 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   };
   if (tid == 0)
     for (int s = 0; s < stages && s < steps; ++s) produce(s);
-  // Thread 0 refills a buffer two steps after its own warp released it, when the other warpgroups have most
-  // likely released it too: waiting at once would hold warpgroup 0 to the slowest one's pace at every step.
+  // The accumulators' zeros pinned before the loop: defined on a path apart from the loop's (no steps), ptxas
+  // counted them as defined while a step's MMAs were in flight and serialized all MMAs (C7515).
+  gemm.pin();
+  // A step's MMAs run while the next step's are issued: each step waits for the previous one's, then releases
+  // its buffer. Thread 0 refills a buffer one step after that, when the other warpgroups have most likely
+  // released it too: waiting at once would hold warpgroup 0 to the slowest one's pace at every step.
   constexpr int refill_lag = 2;
   static_assert(stages > refill_lag);
   for (int s = 0; s < steps; ++s) {
     mbarrier_wait(full + s % stages, (s / stages) & 1);
     gemm.run_step(smem + s % stages * step_elems, line);
-    // Waited for at once: with the previous step's MMAs waited for instead (as tma_main_loop), ptxas
-    // serialized the MMAs (C7515, accumulator registers defined in the pipeline stage).
-    gemm.template retire<0>();
-    if (tid % 32 == 0) mbarrier_arrive(empty + s % stages);
+    gemm.template retire<1>();
+    if (s > 0 && tid % 32 == 0) mbarrier_arrive(empty + (s - 1) % stages);
     const int free = s - refill_lag;
     if (tid == 0 && free >= 0 && free + stages < steps) {
       mbarrier_wait(empty + free % stages, (free / stages) & 1);
@@ -225,6 +231,7 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
     }
     __syncwarp();  // warp 0 converged again before the next step's .aligned wgmma instructions
   }
+  gemm.template retire<0>();
 }
 
 // Host: the window's maps of dY (boxes of 64 channels x `width` positions of one row) and X (boxes of 64
