@@ -179,3 +179,20 @@ def test_forced_path_must_suit_the_dtype():
     with pytest.raises(ValueError, match="must be one of"):
         winrs_jax.plan(x, np.zeros((3, 3, 4, 4), np.float32), (1, 1), "SAME", dimension_numbers=DN,
                        options=winrs_jax.PlannerOptions(path="int8"))  # fmt: skip
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_window_plans_cut_the_batch_into_image_parts(deterministic, rng):
+    """The filter-window tile's plans (16-bit 3 x 3 layers of at most 64 channels) cut the batch into image parts,
+    each segment one range of images over all the rows (segments.h): the CPU executor, and on the GPU every
+    kernel that may run the plan, must add each image exactly once. Skipping a part, or every segment walking the
+    whole batch, would be off by 20% or by 5x here; the error allowed is bfloat16's rounding of dW."""
+    pads = (1, 1, 1, 1)
+    x, dy = _protocol_inputs(rng, "bf16", (5, 9, 16, 40), (5, 9, 16, 24))
+    plan = plan_canonical(5, (9, 16), 40, 24, (3, 3), pads, "bf16", "bf16",
+                          winrs_jax.PlannerOptions(deterministic=deterministic, sm_count=132))  # fmt: skip
+    assert plan.work_tile == (3, 64, 64, 3) and plan.image_parts > 1 and plan.segment_rows == 1
+    dw = _filter_grad(x, dy, (3, 3), pads, "bf16", deterministic=deterministic, sm_count=132)
+    ref = reference_filter_grad(np.asarray(x, np.float64), np.asarray(dy, np.float64), (3, 3), pads)
+    assert mare(dw, ref) <= 4e-3
+    assert np.abs(dw - ref).max() <= 8e-3 * np.abs(ref).max()

@@ -56,15 +56,16 @@ def test_plan_properties(shape, segments, deterministic):
     # Both kernels' output tiles divide F_W; their unit widths tile O_W without padding.
     assert fw % v0.n == 0 and fw % v1.n == 0
     assert plan.width0 % v0.r == 0 and (out_w - plan.width0) % v1.r == 0 and plan.width0 > 0
-    segs = _winrs.segments(out_h, out_w, plan.segment_rows, *plan.segment_shape, plan.width0, plan.buckets)
+    segs = _winrs.segments(out_h, out_w, plan.segment_rows, *plan.segment_shape, plan.width0, plan.buckets,
+                           n, plan.image_parts)  # fmt: skip
     assert len(segs) == plan.segments
     # Segments tile dY exactly: disjoint and covering.
-    cover = np.zeros((out_h, out_w), int)
+    cover = np.zeros((n, out_h, out_w), int)
     places = {0: set(), 1: set()}
-    for h0, h1, w0, w1, kernel, bucket, link in segs:
+    for h0, h1, w0, w1, kernel, bucket, link, i0, i1 in segs:
         places[kernel].add((bucket, link))
-        assert h1 > h0 and w1 > w0
-        cover[h0:h1, w0:w1] += 1
+        assert h1 > h0 and w1 > w0 and i1 > i0
+        cover[i0:i1, h0:h1, w0:w1] += 1
         r = (v0 if kernel == 0 else v1).r
         assert (w1 - w0) % r == 0
         assert (kernel == 0) == (w1 <= plan.width0)
@@ -79,7 +80,7 @@ def test_plan_properties(shape, segments, deterministic):
     pad_h = max(fh // 2, 1)
     h_max = max(1, out_h // pad_h)
     w_max = plan.width0 // v0.r
-    assert 1 <= plan.segments <= h_max * (w_max + 1)
+    assert 1 <= plan.segments <= h_max * (w_max + 1) * plan.image_parts
     dw = c * fh * fw * c
     if not deterministic:  # atomic adds: one chain into dW, no workspace
         assert plan.buckets == 1 and plan.workspace_elems == 0
@@ -148,31 +149,43 @@ def test_window_tile_takes_a_wave_of_atomic_segments(path):
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-@pytest.mark.parametrize("batch, size", [(128, 56), (64, 224), (16, 128)])
-def test_window_tile_segments_divide_the_rows(deterministic, batch, size):
-    """The filter-window tile (16-bit 3x3 layers of at most 64 channels: 3 filter rows x 3 columns per block)
-    copies a segment's rows in pieces of a divisor of its width, so the plan cuts the rows into columns of equal
-    width (Algorithm 2's ceil-div widths gave 19 + 19 + 18 on 128:56:64, no piece wider than 19)."""
+@pytest.mark.parametrize(
+    "batch, size, in_c, out_c, filter_hw",
+    [(128, 56, 64, 64, 3), (64, 224, 64, 64, 3), (16, 128, 64, 64, 3), (32, 112, 64, 128, 3), (32, 128, 64, 64, 9),
+     (3, 6, 64, 64, 3)],
+)  # fmt: skip
+def test_window_tile_segments_are_whole_rows_of_image_parts(deterministic, batch, size, in_c, out_c, filter_hw):
+    """The filter-window tile (16-bit layers of at least 3 x 3 with at most 64 channels on one side: 3 filter rows x
+    3 columns per block) walks its segment's images row after row, so that each X row comes from L2 about once for
+    the three dY rows that meet it: its segments take all the rows, in columns of a width that a piece divides
+    (Algorithm 2's ceil-div widths gave 19 + 19 + 18 on 128:56:64, no piece wider than 19), and the batch is cut
+    into image parts for the GPU's blocks. With 128 images of 56 x 56, a part per image fills 128 of 132 SMs where
+    the fifteenth stop's row bands gave 112 blocks."""
+    pads = (filter_hw // 2,) * 4
     plan = plan_canonical(
-        batch, (size, size), 64, 64, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
-        PlannerOptions(deterministic=deterministic),
+        batch, (size, size), in_c, out_c, (filter_hw, filter_hw), pads, "bf16", "bf16",
+        PlannerOptions(deterministic=deterministic, sm_count=132),
     )  # fmt: skip
     assert plan.work_tile == (3, 64, 64, 3)
-    assert size % plan.segment_shape[1] == 0
+    assert plan.segment_rows == 1 and plan.segment_shape[0] == size and size % plan.segment_shape[1] == 0
+    assert 1 <= plan.image_parts <= batch
+    assert plan.segments == plan.image_parts * (size // plan.segment_shape[1])
     assert "a thread block computes 3 filter rows x 3 filter columns" in str(plan)
+    assert f"{plan.image_parts} x 1 x" in str(plan) or plan.image_parts == 1
+    if (batch, size) == (128, 56) and not deterministic:
+        assert plan.segments == 128
 
 
-@pytest.mark.parametrize(
-    "batch, size, in_c, out_c",
-    [(128, 56, 64, 64), (16, 128, 64, 64), (128, 35, 64, 96), (32, 112, 64, 128)],
-)
+@pytest.mark.parametrize("batch, size, in_c, out_c", [(128, 35, 64, 96), (64, 33, 64, 64)])
 def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
-    """The direct kernel's filter-row tile (bf16 3x3, channels in 16-byte pieces, one side at most 64) walks each
-    segment row over its width plus two halo positions: the segments are whole rows, or wide pieces of them where
-    the rows run out (Algorithm 2's one-column segments made its 3x3 layers 3x slower on an H100)."""
+    """Where no piece width fills the window's K-blocks (35 and 33 columns: no divisor of at most 62 fills three
+    quarters of them) the launch runs the filter-row tile, which walks each segment row over its width plus two
+    halo positions: the segments are whole rows, or wide pieces of them where the rows run out (Algorithm 2's
+    one-column segments made its 3x3 layers 3x slower on an H100)."""
     plan = plan_canonical(batch, (size, size), in_c, out_c, (3, 3), (1, 1, 1, 1), "bf16", "bf16",
                           PlannerOptions(sm_count=132))  # fmt: skip
     assert [k.index for k in plan.kernels] == [0] and plan.work_tile == (3, 64, 64, 3)
+    assert plan.image_parts == 1
     seg_h, seg_w = plan.segment_shape
     columns = -(-size // seg_w)
     assert seg_w >= size // 4 and (columns == 1 or seg_h == 1), plan.segment_shape

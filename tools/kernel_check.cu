@@ -59,9 +59,10 @@ std::vector<char> random_tensor(int64_t elems, winrs::Storage storage, float sca
 // aligned; the copy-staged kernels need 16 bytes).
 struct Layer {
   int64_t batch = 2, out_h = 7, out_w = 0;
-  int segments = 3;
+  int segments = 3;  // 0: the planner's choice
   int64_t filter_w = 0;
   int misalign = 0;
+  int sm_count = 132;
 };
 
 bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool atomic, std::mt19937& gen,
@@ -80,6 +81,7 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   winrs::PlanOptions options;
   options.path = options.reference = path;
   options.segments = layer.segments;
+  options.sm_count = layer.sm_count;
   options.buckets = buckets;
   options.atomic = atomic;
   options.variant0 = v;
@@ -138,12 +140,12 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
   }
   const bool close = finite && worst <= tolerance(path, v) * scale;
   std::printf(
-      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld B=%lld%s  max |gpu - cpu| / max |cpu| = "
-      "%.2e "
-      "%s\n",
+      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld (%d image parts) B=%lld%s  max |gpu - "
+      "cpu| / "
+      "max |cpu| = %.2e %s\n",
       info.name, var.alpha_class(), var.n, var.r, in_c, out_c, (long long)layer.batch, (long long)layer.out_h,
-      (long long)out_w, (long long)filter_w, (long long)op.plan.segments, (long long)op.plan.buckets,
-      atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
+      (long long)out_w, (long long)filter_w, (long long)op.plan.segments, op.plan.grid.image_parts,
+      (long long)op.plan.buckets, atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
   cudaFree(dx_alloc);
   cudaFree(ddy);
   cudaFree(ddw);
@@ -211,18 +213,26 @@ int main(int argc, char** argv) {
                             Layer{batch, out_h, out_w, 2, 3});
     }
     // The filter-window tile (16 bits: 3 filter rows x 3 columns of a 64 x 64 block, by the TMA on sm_90; the
-    // filter-row tile elsewhere and with WINRS_JAX_WINDOW=0): segments of 64, 60, 100, 28, 45 and 14 columns
-    // in pieces of 32 (two per row), 60, 50, 28, 45 and 14 (one, two or four pieces per step, the last step
-    // partly past the walk); partial channel blocks (40:56, 64:48, 24:64, 64:16); chained and atomic. The
-    // cases above run the filter-row tile (no piece fills its K-blocks).
-    for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic] :
-         {std::tuple{3, 6, 64, 64, 64, 0, true}, std::tuple{2, 5, 60, 40, 56, 1, false},
-          std::tuple{5, 4, 100, 64, 48, 0, false}, std::tuple{3, 7, 28, 24, 64, 0, true},
-          std::tuple{1, 9, 45, 64, 16, 1, false}, std::tuple{3, 5, 14, 64, 64, 0, true}}) {
+    // filter-row tile elsewhere and with WINRS_JAX_WINDOW=0), on its own plans (segments = 0): all rows of a
+    // range of images per segment (image parts), its blocks walking runs of rows and reusing X rows. Runs of
+    // 5 rows in steps of 2 (28 columns: a dY box per piece) over 1-2 images per part (4 SMs), of 9 rows in
+    // steps of one (60), of 4 rows in steps of 4 (16: one dY box of 4 rows) over 2 images per part (3 SMs),
+    // of 3 rows in steps of 2 (32) chained, of 2 rows in a step of 4 (the rest zeros); segments of 64, 60,
+    // 100, 28, 45 and 14 columns, partial channel blocks (40:56, 64:48, 24:64, 64:16), chained and atomic.
+    // Forced segments of several row bands (the first two) run the filter-row tile. The cases above run the
+    // filter-row tile (no piece fills its K-blocks).
+    for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic, segments, sm_count] :
+         {std::tuple{3, 6, 64, 64, 64, 0, true, 3, 132}, std::tuple{2, 5, 60, 40, 56, 1, false, 3, 132},
+          std::tuple{3, 6, 64, 64, 64, 0, true, 0, 132}, std::tuple{2, 5, 60, 40, 56, 1, false, 0, 132},
+          std::tuple{5, 4, 100, 64, 48, 0, false, 0, 132}, std::tuple{3, 7, 28, 24, 64, 0, true, 0, 132},
+          std::tuple{1, 9, 45, 64, 16, 1, false, 0, 132}, std::tuple{3, 5, 14, 64, 64, 0, true, 0, 132},
+          std::tuple{7, 5, 28, 64, 64, 0, true, 0, 4}, std::tuple{5, 9, 60, 40, 56, 0, false, 0, 132},
+          std::tuple{6, 4, 16, 64, 48, 0, true, 0, 3}, std::tuple{4, 3, 32, 24, 64, 1, false, 0, 132},
+          std::tuple{3, 2, 16, 64, 64, 0, true, 0, 132}}) {
       if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
-                            Layer{batch, out_h, out_w, 2, 3});
+                            Layer{batch, out_h, out_w, segments, 3, 0, sm_count});
     }
     // X 8 bytes off 16-byte alignment: the filter-row tiles (64:64, and 120:72 on 22 x 256, run in 16 bits
     // only) report a misaligned address; the 128 x 128 block (136:72) and a width-2 layer (48:40, one column

@@ -103,7 +103,8 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
       const int64_t oh = u.out_row(walk), w0 = u.out_col(walk);
 
       // Filter transform of the output-gradient unit dY[image, oh, w0 .. w0+r).
-      const int64_t grad = ((u.image * p.out_h + oh) * p.out_w + w0) * p.out_c + t.oc0;
+      const int64_t image = walk.image0 + u.image;
+      const int64_t grad = ((image * p.out_h + oh) * p.out_w + w0) * p.out_c + t.oc0;
       for (int oc = 0; oc < noc; oc += kLanes) {
         Vec w[r], tr[alpha];
         for (int q = 0; q < r; ++q) w[q] = load_lanes<S>(c.out_grad, grad + q * p.out_c + oc, noc - oc);
@@ -114,7 +115,7 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
       }
 
       // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha).
-      const int64_t row = (u.image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
+      const int64_t row = (image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
       for (int ic = 0; ic < nic; ic += kLanes) {
         Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {

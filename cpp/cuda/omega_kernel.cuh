@@ -193,7 +193,9 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
     mbarrier_arrive_expect(bar, 4 * C::panel_bytes);  // boxes outside the tensor count whole, as zeros
     for (int b = 0; b < boxes; ++b) {
       const int pixel = per_pixel > 1 ? s / per_pixel : s * boxes + b;
-      const int image = per_pixel > 1 ? s % per_pixel * images : pixel < pixels ? 0 : walk.batch;
+      // Past the walk's end: an image past the batch, which reads as zeros.
+      const int image =
+          pixel < pixels ? walk.image0 + (per_pixel > 1 ? s % per_pixel * images : 0) : int(p.batch);
       const int oh = walk.row_begin + pixel / walk.units_per_row,
                 ow = walk.w_begin + pixel % walk.units_per_row;
       const int row = b * images * C::panel_channels;  // the box's first row (unit) in a panel
@@ -313,6 +315,9 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
                            reinterpret_cast<uintptr_t>(filter_grad) % sizeof(float4) == 0;
 
   const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
+  // The stagers walk the segment's images from its first (image parts, segments.h); the TMA loops address
+  // the whole tensor and add it themselves.
+  const long long image_offset = walk.image0;
   Gemm gemm;
   gemm.init(tid);
 
@@ -339,11 +344,13 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
     }
   } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
-    stager.init(tid, p, work, walk, input, out_grad);
+    stager.init(tid, p, work, walk, input + image_offset * p.in_h * p.in_w * p.in_c,
+                out_grad + image_offset * p.out_h * p.out_w * p.out_c);
     copy_main_loop<C>(stager, gemm, smem, stager.steps());
   } else {
     Stager<C> stager;
-    stager.init(tid, p, work, walk, input, out_grad);
+    stager.init(tid, p, work, walk, input + image_offset * p.in_h * p.in_w * p.in_c,
+                out_grad + image_offset * p.out_h * p.out_w * p.out_c);
     const int steps = (walk.units() + C::K - 1) / C::K;
     // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
     // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a
@@ -444,7 +451,8 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
 
 // The filter-window tile (variants.h, window_taps) where its staging applies: on Hopper, one problem (the
 // maps address one tensor each), pieces that fill their K-blocks (window_piece_width), the launch's last
-// segment ending at the output's last column (where its boxes read zeros past it). Elsewhere the filter-row
+// segment ending at the output's last column (where its boxes read zeros past it), one band of rows (the
+// window's plans: its runs end at dY's last row). Elsewhere the filter-row
 // tile, a block per filter row (the plan's semaphores count those blocks). WINRS_JAX_WINDOW=0 takes the
 // filter-row tile on Hopper too (to compare them).
 template <Path P>
@@ -454,11 +462,13 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
     const char* flag = std::getenv("WINRS_JAX_WINDOW");
     const bool own =
         !(flag && flag[0] == '0') && args.groups == 1 && (args.kernel == 1 || g.width0 == g.out_w);
-    if (const int width = own ? window_piece_width(g, args.kernel) : 0;
-        width > 0 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
+    const int width = own ? window_piece_width(g, args.kernel) : 0;
+    const int subs = width > 0 ? window_piece_blocks(width) : 4, pieces = 4 / subs;
+    // One band of rows (runs end at dY's last row, WgmmaWindowConfig).
+    if (width > 0 && g.seg_rows == 1 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
       OmegaArgs mapped = args;
-      if (encode_window_maps(&mapped, width)) {
-        switch ((width + 15) / 16) {  // the K-blocks of a piece (3: one piece per step, as 4)
+      if (encode_window_maps(&mapped, width, width == 16 * subs ? pieces : 1, pieces)) {
+        switch (subs) {
           case 1:
             return launch_config<WgmmaWindowConfig<P, 1>>(mapped, stream);
           case 2:
@@ -502,7 +512,8 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         const long long images = p.batch < Tma::copy_units ? p.batch : Tma::copy_units;
         const bool boxes =
             p.batch % Tma::copy_units == 0 || (Tma::copy_units % p.batch == 0 && p.batch >= 32);
-        if (boxes && args.groups == 1 && runs_wgmma<Tma>()) {
+        // Whole batches only: its steps take box-sized runs of the batch (image parts are the window's).
+        if (boxes && args.groups == 1 && args.grid.image_parts == 1 && runs_wgmma<Tma>()) {
           OmegaArgs mapped = args;
           if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
                                  int(images)) &&

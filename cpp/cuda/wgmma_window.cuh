@@ -2,17 +2,23 @@
 // rows x kDirectTaps filter columns of a 64 x 64 channel block, for bfloat16 and float16.
 //
 // The filter-row tile (wgmma_taps.cuh) stages a dY row and its X row for one filter row: a 3 x 3 layer's
-// blocks read every dY row three times, and each step's four MMAs carry the step's waits. Here a step is a
-// piece of one dY row (`width` positions, a divisor of the segment's width) and the three X rows it meets,
-// copied by the TMA (one dY box, one X box of 3 rows x (width + 2) positions of 64 channels; zeros outside
-// the tensor stand for the padding); filter row i's operand is the X rows shifted by i x (width + 2) rows and
-// filter column j's by j more, so every tap is one descriptor of the same buffer. Warpgroup i computes filter
-// row i: its three taps are one m64n192k16 whose three 64-channel N panels overlap in memory, one row apart
-// (the 128-byte swizzle's form of wgmma_taps.cuh's m64n96k16). Both operands are read from shared memory
-// (dY as the transposed A).
+// blocks read every dY row three times. Here a block walks its segment's images one after another, each in
+// runs of all the rows of a piece of `width` positions (a divisor of the segment's width), a step taking
+// the next rows of the run (one per piece of the step): a piece of dY row t meets X rows t, t + 1 and t + 2
+// (from the filter's first row of the tile, padding rows included), and rows t + 1 and t + 2 meet two of
+// them again. So a step copies its dY rows and only the X rows that no earlier step of the run brought (two
+// more at the top of a run), each as one TMA box of several rows, into its buffer, where the next step also
+// finds them: a buffer outlives its step (reach below). Filter row i's operand for a piece is its X row
+// t + i; its three taps are one m64n192k16 whose three 64-channel N panels overlap in memory, one position
+// apart (the 128-byte swizzle's form of wgmma_taps.cuh's m64n96k16). Both operands are read from shared
+// memory (dY as the transposed A). Zeros outside the tensor stand for the padding, and for the rows that
+// round a run up to whole steps (its segment ends at the last row: WgmmaWindowConfig). The fifteenth stop's
+// form copied three X rows per piece, a box per piece: 52% of its warps' samples waited for the copies;
+// boxes of one row per piece (four per step) were 3x slower again (H100 Nsight Compute, 2026-11-24): the
+// copies' cost follows the boxes more than their bytes.
 //
-// Three warpgroups, a block per SM (96 accumulators per thread). Thread 0 issues the copies; a warp releases
-// a buffer when the MMAs that read it are done.
+// Three warpgroups, a block per SM (96 accumulators per thread), one per filter row. Thread 0 issues the
+// copies; a warp releases a buffer when the MMAs that read it are done.
 #pragma once
 
 #include <cstdint>
@@ -25,27 +31,17 @@
 
 namespace winrs::cuda {
 
-// The widest piece of a dY row the window's buffers take (its X rows: width + kDirectTaps - 1 positions).
-inline constexpr int kWindowMaxWidth = 62;
-
-// Pieces of the launch's widest segment (kernel 0's columns, or kernel 1's residual column): the divisor of
-// its width of at most kWindowMaxWidth whose K-blocks of 16 units are fullest (the larger of equals), 0 where
-// none fills three quarters of its K-blocks. Every segment of the launch but its last is a whole number of
-// pieces; the last ends at the output's last column (the launch checks), where the boxes read zeros past it.
+// Pieces of the launch's widest segment (kernel 0's columns, or kernel 1's residual column):
+// window_piece_width of schedule.h. Every segment of the launch but its last is a whole number of pieces; the
+// last ends at the output's last column (the launch checks), where the boxes read zeros past it.
 __host__ __device__ inline int window_piece_width(const SegmentGrid& g, int kernel) {
-  const int widest = kernel == 0 ? g.seg_w : g.out_w - g.width0;
-  int best = 0, best_fill = 0;  // fill in 1/64ths
-  for (int width = kWindowMaxWidth < widest ? kWindowMaxWidth : widest; width >= 1; --width) {
-    if (widest % width != 0) continue;
-    const int fill = 64 * width / ((width + 15) / 16 * 16);
-    if (fill > best_fill) best = width, best_fill = fill;
-  }
-  return best_fill >= 48 ? best : 0;
+  return winrs::window_piece_width(kernel == 0 ? g.seg_w : g.out_w - g.width0);
 }
 
-// Subs: the K-blocks of 16 dY positions that a piece takes (1, 2 or 4). A step takes 4 / Subs pieces (of as
-// many dY rows, or images), each in its own K-blocks of dY and its own rows of X, so that every step runs
-// four K-blocks.
+// Subs: the K-blocks of 16 dY positions that a piece takes (1, 2 or 4). A step takes 4 / Subs pieces, the
+// next rows of a run, each in its own K-blocks of dY, so that every step runs four K-blocks. A run takes
+// whole steps: rows past the segment's end read as zeros, so the launch needs segments that end at dY's
+// last row (one band of rows, the window's plans).
 template <Path P, int Subs>
 struct WgmmaWindowConfig : WgmmaPath<P> {
   using Tile = typename TapsConfig<P, kDirectTaps>::Tile;
@@ -59,24 +55,34 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int blocks_per_sm = 1;
   static constexpr int K = 16;
   static constexpr bool chunked = false, copy = true, tma = true;
-  static constexpr int copy_substeps = 4, copy_stages = 5;
+  static constexpr int copy_substeps = 4;
   static constexpr int copy_units = copy_substeps * K;  // dY rows of a buffer: pieces, each then zeros
   static constexpr int subs = Subs;
   static_assert(Subs >= 1 && Subs <= copy_substeps && copy_substeps % Subs == 0);
-  static constexpr int pieces = copy_substeps / Subs;  // per step
+  static constexpr int pieces = copy_substeps / Subs;  // per step: dY rows of a run
   static constexpr int piece_units = Subs * K;         // a piece's dY rows
-  // A piece's X rows: kWindowRows rows of up to piece_units + 2 positions, on whole swizzle periods (TMA).
-  static constexpr int piece_x_rows = (rows * (piece_units + taps - 1) + 7) / 8 * 8;
+  // X rows a step copies: `pieces` (one box), at the top of a run first_x_rows (rows 0 .. 2 pieces - 1 in
+  // two boxes; one piece: rows 0 .. 2 in three).
+  static constexpr int x_box_rows = pieces;
+  static constexpr int first_x_boxes = pieces == 1 ? kWindowRows : 2;
+  static constexpr int first_x_rows = first_x_boxes * x_box_rows;
+  // Steps back that a piece's X rows come from: a buffer is refilled only after the last step reading it.
+  static constexpr int reach = pieces == 1 ? kWindowRows - 1 : 1;
 
-  // dY: copy_units rows of 64 output channels, X: x_rows rows of 64 input channels (128 bytes), both
-  // 128-byte swizzled, with room in X for the last K-block's reads past its pieces (their dY rows are zero).
+  // dY: copy_units rows of 64 output channels, X: first_x_rows rows of up to piece_units + 2 positions of 64
+  // input channels (128 bytes), both 128-byte swizzled. The X rows of a step lie width + 2 positions apart,
+  // and a piece's last K-block reads up to piece_units + 2 positions from its row's start: within that room.
+  // Reads past a step's rows meet zeros or older rows, with dY zeros: finite.
   static constexpr int grad_row = BN, x_row = BM;
   static_assert(grad_row * sizeof(Smem) == 128 && x_row * sizeof(Smem) == 128);
   static constexpr int grad_elems = copy_units * grad_row;
-  static constexpr int x_rows = 232;  // the most of pieces x piece_x_rows (Subs = 1: 4 x 56), and 8 more
-  static_assert(pieces * piece_x_rows + 8 <= x_rows && x_rows % 8 == 0);
-  static constexpr int copy_step_elems = grad_elems + x_rows * x_row;
+  static constexpr int x_rows = (first_x_rows * (piece_units + taps - 1) + 7) / 8 * 8;
+  static constexpr int copy_step_elems = (grad_elems + x_rows * x_row + 511) / 512 * 512;  // 1 KB multiples
   static_assert(copy_step_elems * sizeof(Smem) % 1024 == 0);
+  // As many buffers as fit in about 210 KB, at most 7: Subs 4 (33 KB) 6, Subs 2 (25 KB) and 1 (26 KB) 7.
+  static constexpr int copy_stages =
+      int(215040 / (copy_step_elems * sizeof(Smem))) < 7 ? int(215040 / (copy_step_elems * sizeof(Smem))) : 7;
+  static_assert(copy_stages > reach + 1);
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   static constexpr size_t smem_align = 1024;
   static constexpr size_t sanitizer_slack = 2048;  // as WgmmaTapsConfig's
@@ -88,6 +94,15 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int out_stride = BM + 4;
   static constexpr int R = output_rounds(rows * alpha, BN, out_stride, copy_bytes);
   static constexpr int round_rows = BN / R;
+
+  // Where X row k of a run is, for a step whose first row is t0: `back` steps before it, at row `place` of
+  // that step's X rows. The top of the run brought rows 0 .. first_x_rows - 1; the step from t0' > 0 brought
+  // rows t0' + 2 .. t0' + pieces + 1.
+  __host__ __device__ static constexpr void find_x_row(int t0, int k, int* back, int* place) {
+    const int from = k < first_x_rows ? 0 : (k - (kWindowRows - 1)) / pieces * pieces;
+    *back = (t0 - from) / pieces;
+    *place = k < first_x_rows ? k : k - (kWindowRows - 1) - from;
+  }
 };
 
 // D (64 x 192, FP32) += A (64 x 16) B (16 x 192), both from shared memory as MN-major (transposed) operands.
@@ -139,16 +154,25 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
     for (int j = 0; j < C::taps * panel_acc; ++j) acc[j] = 0.0f;
   }
 
-  // A step: its K-blocks of dY (piece sub / Subs) by the piece's X rows of this warpgroup's filter row (X row
-  // i x `line` of the piece), issued and committed, not waited for (retire). The K-block count is fixed: a
-  // runtime count (a loop, or conditions or a switch around the MMAs) made ptxas fence or serialize them.
-  __device__ void run_step(const Smem* step, int line) {
-    const Smem* x = step + C::grad_elems + warp / 4 * line * C::x_row;
+  // Step s (first run row t0): its K-blocks of dY (piece sub / Subs) by X row t0 + b + i of each piece b (i:
+  // this warpgroup's filter row), from the buffer of the step that brought it (X rows `line` positions
+  // apart); issued and committed, not waited for (retire). The K-block count is fixed: a runtime count (a
+  // loop, or conditions or a switch around the MMAs) made ptxas fence or serialize them.
+  __device__ void run_step(const Smem* buffers, int s, int t0, int line) {
+    const Smem* x[C::pieces];
+#pragma unroll
+    for (int b = 0; b < C::pieces; ++b) {
+      int back = 0, place = 0;
+      C::find_x_row(t0, t0 + b + warp / 4, &back, &place);
+      x[b] = buffers + (s - back) % C::copy_stages * C::copy_step_elems + C::grad_elems +
+             place * line * C::x_row;
+    }
+    const Smem* step = buffers + s % C::copy_stages * C::copy_step_elems;
     wgmma_fence();
 #pragma unroll
     for (int sub = 0; sub < C::copy_substeps; ++sub) {
       const uint64_t a = wgmma_descriptor(step + sub * C::K * C::grad_row, 8 * row_bytes, 8 * row_bytes);
-      const Smem* piece_x = x + (sub / C::subs * C::piece_x_rows + sub % C::subs * C::K) * C::x_row;
+      const Smem* piece_x = x[sub / C::subs] + sub % C::subs * C::K * C::x_row;
       wgmma_m64n192k16<C::operand>(acc, a, wgmma_descriptor(piece_x, row_bytes, 8 * row_bytes));
     }
     wgmma_commit();
@@ -176,38 +200,46 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
   }
 };
 
-// Main loop of the window tile: the segment's dY rows (image fastest, then row) in pieces of `width`
-// positions (window_piece_width, the same as the launch's boxes), C::pieces pieces per step, with all of the
-// segment's rows (padding rows read as zeros). dY rows past a piece in a buffer stay zero: the buffers are
-// zeroed once (omega_kernel) and no box writes them.
+// Main loop of the window tile: the segment's images (image parts, segments.h) one after another, each in
+// runs of all its rows for one piece of `width` positions (window_piece_width, the same as the launch's
+// boxes), a step taking the next C::pieces rows of a run. dY rows past a piece in a buffer stay zero: the
+// buffers are zeroed once (omega_kernel) and no box writes them. `grad_rows`: the rows of the dY map's box
+// (C::pieces where the pieces fill their K-blocks, else 1: a box per piece).
 template <class C, class Gemm>
 __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const WorkTile& work,
                                                  const Segment& seg, Gemm& gemm, typename C::Smem* smem,
                                                  uint64_t* full, uint64_t* empty) {
+  using Smem = typename C::Smem;
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
   const int width = window_piece_width(args.grid, args.kernel), line = width + C::taps - 1;
-  const int batch = int(p.batch), per_line = (seg.w_end - seg.w_begin + width - 1) / width;
-  const int total = batch * (seg.h_end - seg.h_begin) * per_line;  // pieces
-  const int steps = (total + C::pieces - 1) / C::pieces;
-  const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
-  const uint32_t step_bytes =
-      C::pieces * uint32_t(width * C::grad_row + C::rows * line * C::x_row) * sizeof(typename C::Smem);
+  const bool row_boxes = width != C::piece_units;  // a dY box per piece
+  const int per_line = (seg.w_end - seg.w_begin + width - 1) / width;
+  const int run_steps = (seg.h_end - seg.h_begin + C::pieces - 1) / C::pieces;
+  const int steps = (seg.image_end - seg.image_begin) * per_line * run_steps;
+  const int row_offset = seg.h_begin + work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
+  const uint32_t grad_bytes = uint32_t(C::pieces * width * C::grad_row * sizeof(Smem)),
+                 x_box_bytes = uint32_t(C::x_box_rows * line * C::x_row * sizeof(Smem));
   const int tid = threadIdx.x;
   const auto produce = [&](int s) {  // thread 0
-    typename C::Smem* stage = smem + s % stages * step_elems;
+    Smem* stage = smem + s % stages * step_elems;
     uint64_t* bar = full + s % stages;
-    mbarrier_arrive_expect(bar, step_bytes);  // boxes outside the tensor count whole, as zeros
-#pragma unroll
-    for (int b = 0; b < C::pieces; ++b) {
-      const int q = s * C::pieces + b, piece = q % per_line, rest = q / per_line;
-      // Pieces past the walk's end: an image past the batch, which reads as zeros.
-      const int image = q < total ? rest % batch : batch, oh = q < total ? seg.h_begin + rest / batch : 0;
-      const int ow = seg.w_begin + piece * width;
-      tma_load_4d(stage + b * C::piece_units * C::grad_row, &args.grad_map, bar, work.oc0, ow, oh, image);
-      tma_load_4d(stage + C::grad_elems + b * C::piece_x_rows * C::x_row, &args.input_map, bar, work.ic0,
-                  ow + col_offset, oh + row_offset, image);
+    const int run = s / run_steps, t0 = s % run_steps * C::pieces;
+    const int image = seg.image_begin + run / per_line, ow = seg.w_begin + run % per_line * width;
+    const int x_boxes = t0 == 0 ? C::first_x_boxes : 1;
+    // Boxes outside the tensor count whole, as zeros (rows past dY's last one: the run's last step).
+    mbarrier_arrive_expect(bar, grad_bytes + x_boxes * x_box_bytes);
+    if (row_boxes) {
+      for (int b = 0; b < C::pieces; ++b)
+        tma_load_4d(stage + b * C::piece_units * C::grad_row, &args.grad_map, bar, work.oc0, ow,
+                    seg.h_begin + t0 + b, image);
+    } else {
+      tma_load_4d(stage, &args.grad_map, bar, work.oc0, ow, seg.h_begin + t0, image);
     }
+    const int first_x = t0 == 0 ? 0 : t0 + kWindowRows - 1;
+    for (int box = 0; box < x_boxes; ++box)
+      tma_load_4d(stage + C::grad_elems + box * C::x_box_rows * line * C::x_row, &args.input_map, bar,
+                  work.ic0, ow + col_offset, row_offset + first_x + box * C::x_box_rows, image);
   };
   if (tid == 0)
     for (int s = 0; s < stages && s < steps; ++s) produce(s);
@@ -215,32 +247,33 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   // counted them as defined while a step's MMAs were in flight and serialized all MMAs (C7515).
   gemm.pin();
   // A step's MMAs run while the next step's are issued: each step waits for the previous one's, then releases
-  // its buffer. Thread 0 refills a buffer one step after that, when the other warpgroups have most likely
-  // released it too: waiting at once would hold warpgroup 0 to the slowest one's pace at every step.
-  constexpr int refill_lag = 2;
-  static_assert(stages > refill_lag);
+  // its buffer. Once every warp has released step s - 1, thread 0 refills the buffer of step s - 1 - reach,
+  // the last whose X rows step s - 1 read.
+  int t0 = 0;  // the step's first run row
   for (int s = 0; s < steps; ++s) {
     mbarrier_wait(full + s % stages, (s / stages) & 1);
-    gemm.run_step(smem + s % stages * step_elems, line);
+    gemm.run_step(smem, s, t0, line);
     gemm.template retire<1>();
     if (s > 0 && tid % 32 == 0) mbarrier_arrive(empty + (s - 1) % stages);
-    const int free = s - refill_lag;
+    const int free = s - 1 - C::reach;
     if (tid == 0 && free >= 0 && free + stages < steps) {
-      mbarrier_wait(empty + free % stages, (free / stages) & 1);
+      mbarrier_wait(empty + (s - 1) % stages, ((s - 1) / stages) & 1);
       produce(free + stages);
     }
     __syncwarp();  // warp 0 converged again before the next step's .aligned wgmma instructions
+    t0 += C::pieces;
+    if (t0 == run_steps * C::pieces) t0 = 0;
   }
   gemm.template retire<0>();
 }
 
-// Host: the window's maps of dY (boxes of 64 channels x `width` positions of one row) and X (boxes of 64
-// channels x (width + 2) positions x kWindowRows rows); false if the driver refuses.
-inline bool encode_window_maps(OmegaArgs* args, int width) {
+// Host: the window's maps of dY (boxes of 64 channels x `width` positions x `grad_rows` rows) and X (64
+// channels x (width + 2) positions x `x_rows` rows); false if the driver refuses.
+inline bool encode_window_maps(OmegaArgs* args, int width, int grad_rows, int x_rows) {
   const Problem& p = args->problem;
-  const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width), 1, 1};
+  const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width), cuuint32_t(grad_rows), 1};
   const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
-                                   cuuint32_t(kWindowRows), 1};
+                                   cuuint32_t(x_rows), 1};
   return encode_boxes(&args->grad_map, args->out_grad, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
                       CU_TENSOR_MAP_SWIZZLE_128B) &&
          encode_boxes(&args->input_map, args->input, p.batch, p.in_h, p.in_w, p.in_c, input_box,

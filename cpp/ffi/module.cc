@@ -171,6 +171,7 @@ NB_MODULE(_winrs, m) {
         d["seg_rows"] = plan.grid.seg_rows;
         d["seg_h"] = plan.grid.seg_h;
         d["seg_w"] = plan.grid.seg_w;
+        d["image_parts"] = plan.grid.image_parts;
         d["width0"] = plan.grid.width0;
         d["workspace_elems"] = plan.workspace_elems;
         d["baseline_segments"] = plan.baseline_segments;
@@ -228,17 +229,25 @@ NB_MODULE(_winrs, m) {
       nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"), nb::arg("path"), nb::arg("sm_count"),
       nb::arg("splits") = 0, nb::arg("stacked") = 1);
 
-  m.def("segments", [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0, int buckets) {
-    if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||
-        width0 > out_w || buckets <= 0)
-      throw nb::value_error("segment grid sizes must be positive and width0 <= out_w");
-    const winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0, buckets};
-    if (buckets > g.kernel_segments(0)) throw nb::value_error("more buckets than primary segments");
-    nb::list out;
-    for (int z = 0; z < g.count(); ++z) {
-      const winrs::Segment s = g.segment(z);
-      out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel, g.bucket(z), g.link(z)));
-    }
-    return out;
-  });
+  m.def(
+      "segments",
+      [](int out_h, int out_w, int seg_rows, int seg_h, int seg_w, int width0, int buckets, int batch,
+         int image_parts) {
+        if (out_h <= 0 || out_w <= 0 || seg_rows <= 0 || seg_h <= 0 || seg_w <= 0 || width0 <= 0 ||
+            width0 > out_w || buckets <= 0 || batch <= 0 || image_parts <= 0 || image_parts > batch)
+          throw nb::value_error("segment grid sizes must be positive, width0 <= out_w, image_parts <= batch");
+        winrs::SegmentGrid g{out_h, out_w, seg_rows, seg_h, seg_w, width0, buckets};
+        g.batch = batch;
+        g.image_parts = image_parts;
+        if (buckets > g.kernel_segments(0)) throw nb::value_error("more buckets than primary segments");
+        nb::list out;
+        for (int z = 0; z < g.count(); ++z) {
+          const winrs::Segment s = g.segment(z);
+          out.append(nb::make_tuple(s.h_begin, s.h_end, s.w_begin, s.w_end, s.kernel, g.bucket(z), g.link(z),
+                                    s.image_begin, s.image_end));
+        }
+        return out;
+      },
+      nb::arg("out_h"), nb::arg("out_w"), nb::arg("seg_rows"), nb::arg("seg_h"), nb::arg("seg_w"),
+      nb::arg("width0"), nb::arg("buckets"), nb::arg("batch") = 1, nb::arg("image_parts") = 1);
 }

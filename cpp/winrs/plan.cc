@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "schedule.h"
 #include "variants.h"
 
 namespace winrs {
@@ -41,6 +42,14 @@ constexpr int64_t kMaxSumPositions = 4096;
 // input dtype (16-bit inputs allow half the buckets of float32 ones). The paper's average is 0.18; 0.15 keeps
 // every layer of the baselines' suite under 5% of XLA's own temporaries.
 constexpr double kWorkspaceShare = 0.15;
+
+// The filter-window tile's segments (window_segments): time in steps of four K-blocks, a block's fixed work
+// (zeroing its buffers, the copies' first latency, the output rounds) counted as kWindowBlockSteps steps and
+// a step as kWindowStepSeconds, for the atomic adds' cost. A step measured 1.05 us on 3x3 128:56:64 (1850
+// cycles at 1.755 GHz, the fifteenth stop's form, H100 Nsight Compute, 2026-11-24); the fixed work is an
+// estimate from the same profile.
+constexpr double kWindowBlockSteps = 3;
+constexpr double kWindowStepSeconds = 1.0e-6;
 
 bool has_winograd_divisor(int64_t filter_w) {
   for (int d = 2; d <= 9; ++d)
@@ -98,6 +107,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
   }
   seg_h = std::clamp<int64_t>(seg_h, 1, p.out_h);
   SegmentGrid g;
+  g.batch = int(p.batch);
   g.out_h = int(p.out_h);
   g.out_w = int(p.out_w);
   g.seg_h = int(seg_h);
@@ -125,6 +135,46 @@ int64_t chain_limit(const Problem& p, const KernelPair& pair, const PlanOptions&
   if (double(bound) * blocks >= resident) return 1;
   return std::clamp<int64_t>(int64_t(std::ceil(kChainWaves * resident / (blocks * double(bound)))), 1,
                              kMaxChain);
+}
+
+// The filter-window tile's segments (cuda/wgmma_window.cuh): one band of all the rows, so that a block walks
+// each image's rows in turn and reads each X row about once, in columns of a width that a piece divides,
+// and the batch cut into image parts for the GPU's blocks (segments.h). Columns and parts minimise the
+// modelled time: whole waves of one block per SM, each block's steps (its images x rows x K-blocks of its
+// pieces) and fixed work, and the atomic adds of each segment's |dW|; at most `z_limit` segments. No
+// segment shape when no column width has pieces (the launch runs the filter-row tile then).
+bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_limit,
+                     SegmentGrid* grid) {
+  const double tiles = double(blocks_per_segment(p, pair.variant0, options.path));
+  const double slots = double(std::max(1, options.sm_count));
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t cols = 1; cols <= p.out_w; ++cols) {
+    if (p.out_w % cols != 0) continue;
+    const int width = window_piece_width(int(p.out_w / cols));
+    if (width == 0) continue;
+    const double row_blocks = double(p.out_w / cols / width * window_piece_blocks(width));
+    for (int64_t parts = 1; parts <= p.batch && parts * cols <= z_limit; ++parts) {
+      const double blocks = double(parts * cols) * tiles;
+      const double steps = std::ceil(double(ceil_div(p.batch, parts) * p.out_h) * row_blocks / 4);
+      double cost = std::ceil(blocks / slots) * (steps + kWindowBlockSteps);
+      if (options.atomic)
+        cost += double(parts * cols) * double(p.filter_elems()) / kAtomicAddsPerSecond / kWindowStepSeconds;
+      if (cost < best * (1 - 1e-9)) {
+        best = cost;
+        grid->seg_w = int(p.out_w / cols);
+        grid->image_parts = int(parts);
+      }
+    }
+  }
+  if (best == std::numeric_limits<double>::infinity()) return false;
+  grid->out_h = int(p.out_h);
+  grid->out_w = int(p.out_w);
+  grid->seg_h = int(p.out_h);
+  grid->seg_rows = 1;
+  grid->width0 = int(pair.width0);
+  grid->batch = int(p.batch);
+  grid->bucket_count = 1;
+  return true;
 }
 
 }  // namespace
@@ -301,19 +351,23 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   const int64_t z_accurate =
       fp32_accurate(options.reference) ? ceil_div(p.batch * p.out_h * p.out_w, kMaxSumPositions) : 1;
   int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
-  // The filter-window tile runs one block per SM and per segment and channel block: atomic adds may take one
-  // wave of them even past kAtomicShare (3x3 16:128:64 fp16 got 64 segments on 132 SMs, 0.095 ms against
-  // bf16's 128 and 0.063; H100, 2026-11-24).
-  if (const TileShape tile = tile_shape(pair.variant0, options.path, p); options.atomic && tile.rows > 1)
-    z_limit = std::max<int64_t>(z_limit, ceil_div(int64_t(options.sm_count) * tile.blocks_per_sm,
-                                                  blocks_per_segment(p, pair.variant0, options.path)));
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
-  plan.grid = segment_shape(p, pair, options.path, z);
-  // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
-  // unless the caller forced the segment count.
-  while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_limit)
-    plan.grid = segment_shape(p, pair, options.path, --z);
+  // The filter-window tile cuts images, not rows (window_segments); with atomic adds its model weighs their
+  // traffic itself, up to 8 waves of its blocks.
+  const TileShape tile = tile_shape(pair.variant0, options.path, p);
+  const int64_t window_limit =
+      options.atomic ? std::max<int64_t>(1, 8 * int64_t(options.sm_count) /
+                                                blocks_per_segment(p, pair.variant0, options.path))
+                     : z_limit;
+  if (!(tile.rows > 1 && options.segments <= 0 && pair.width0 == p.out_w &&
+        window_segments(p, pair, options, window_limit, &plan.grid))) {
+    plan.grid = segment_shape(p, pair, options.path, z);
+    // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
+    // unless the caller forced the segment count.
+    while (options.segments <= 0 && z > 1 && plan.grid.kernel_segments(0) > z_limit)
+      plan.grid = segment_shape(p, pair, options.path, --z);
+  }
   const int64_t primary = plan.grid.kernel_segments(0);
   int64_t buckets = options.segments > 0 ? primary : std::min(primary, bound);
   if (options.buckets > 0) buckets = std::min<int64_t>(primary, options.buckets);

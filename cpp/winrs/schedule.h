@@ -51,8 +51,7 @@ struct TileScheduler {
     index /= tiles_per_row;
     t.fh = int(index % row_tiles) * rows;
     t.local = int(index / row_tiles);
-    const int cols = grid.cols(), primary = grid.primary_cols();
-    t.segment = kernel == 0 ? (t.local / primary) * cols + t.local % primary : t.local * cols + primary;
+    t.segment = grid.segment_of(kernel, t.local);
     return t;
   }
 };
@@ -71,17 +70,39 @@ WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid
                        int((p.in_c + block_ic - 1) / block_ic)};
 }
 
-// The units of one work tile: batch x clipped rows x unit columns of its segment.
+// The filter-window tile's pieces of a dY row (cuda/wgmma_window.cuh): for segments `widest` positions wide,
+// the divisor of that width of at most kWindowMaxWidth whose K-blocks of 16 positions are fullest (the
+// larger of equals), 0 where none fills three quarters of its K-blocks.
+inline constexpr int kWindowMaxWidth = 62;
+WINRS_HD inline int window_piece_width(int widest) {
+  int best = 0, best_fill = 0;  // fill in 1/64ths
+  for (int width = kWindowMaxWidth < widest ? kWindowMaxWidth : widest; width >= 1; --width) {
+    if (widest % width != 0) continue;
+    const int fill = 64 * width / ((width + 15) / 16 * 16);
+    if (fill > best_fill) best = width, best_fill = fill;
+  }
+  return best_fill >= 48 ? best : 0;
+}
+// K-blocks of 16 positions a piece of that width takes in the tile's steps of four (three take four).
+WINRS_HD inline int window_piece_blocks(int width) { return (width + 15) / 16 == 3 ? 4 : (width + 15) / 16; }
+
+// The units of one work tile: images x clipped rows x unit columns of its segment. Images count from the
+// segment's first, image0.
 struct UnitWalk {
-  int batch, row_begin, rows, units_per_row, w_begin, r;
+  int batch, row_begin, rows, units_per_row, w_begin, r, image0;
 
   WINRS_HD int units() const { return batch * rows * units_per_row; }
 };
 
 WINRS_HD inline UnitWalk make_unit_walk(const Problem& p, const Segment& seg, int fh, int r) {
   const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, int(p.pad_top), int(p.in_h));
-  return UnitWalk{int(p.batch), rows.begin, rows.end - rows.begin, (seg.w_end - seg.w_begin) / r,
-                  seg.w_begin,  r};
+  return UnitWalk{seg.image_end - seg.image_begin,
+                  rows.begin,
+                  rows.end - rows.begin,
+                  (seg.w_end - seg.w_begin) / r,
+                  seg.w_begin,
+                  r,
+                  seg.image_begin};
 }
 
 // Position of one unit in the walk; advancing needs no integer division in the loop.

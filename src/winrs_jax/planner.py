@@ -190,6 +190,9 @@ class Plan:
     baseline_segments: float = 0.0
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
+    # The batch cut into this many ranges of consecutive images, each segment covering one (the filter-window
+    # tile's segments: whole rows of fewer images).
+    image_parts: int = 1
     workspace_elems: int = 0
     predicted_seconds: float = 0.0
     # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels, filter
@@ -338,9 +341,7 @@ class Plan:
             f"  kernels    {kernels[0].name} on columns [0, {self.width0})"
             + (f", {kernels[1].name} on [{self.width0}, {self.out_grad_hw[1]})" if len(kernels) > 1 else "")
             + self._tile_text(),
-            f"  segments   Z={self.segments} = {self.segment_rows} x {self.segments // self.segment_rows} "
-            f"(rows x columns; Z^={self.baseline_segments:g} for {self.sm_count} SMs{_no_gpu_note(self.sm_count)}), "
-            f"segment {self.segment_shape[0]} x {self.segment_shape[1]}; the last row and column take the remainder",
+            self._segments_text(),
             "  workspace  0 bytes: the segments add into dW (float32) as they finish, on the GPU by atomic adds in "
             "no fixed order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed "
             "order)"
@@ -355,6 +356,18 @@ class Plan:
             + ("; the residual column adds into them after kernel 0" if len(kernels) > 1 else ""),
         ]
         return "\n".join(lines)
+
+    def _segments_text(self) -> str:
+        """The segment grid in words: rows x columns of dY, and image parts where the batch is cut."""
+        parts, rows = self.image_parts, self.segment_rows
+        cols = self.segments // (parts * rows)
+        grid = f"{rows} x {cols} (rows x columns" if parts == 1 else f"{parts} x {rows} x {cols} (image parts x rows x columns"
+        images = "" if parts == 1 else f", {self.batch // parts}-{-(-self.batch // parts)} images each"
+        return (
+            f"  segments   Z={self.segments} = {grid}; Z^={self.baseline_segments:g} for {self.sm_count} SMs"
+            f"{_no_gpu_note(self.sm_count)}), segment {self.segment_shape[0]} x {self.segment_shape[1]}{images}; "
+            "the last row and column take the remainder"
+        )
 
     def _tile_text(self) -> str:
         """Kernel 0's GPU work tile in words (a thread block's share of dW)."""
@@ -962,6 +975,7 @@ def _plan_canonical(
         baseline_segments=raw["baseline_segments"],
         segment_rows=raw["seg_rows"],
         segment_shape=(raw["seg_h"], raw["seg_w"]),
+        image_parts=raw["image_parts"],
         workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"],
         work_tile=tuple(raw["work_tile"]),
