@@ -154,7 +154,9 @@ def test_window_tile_takes_a_wave_of_atomic_segments(path):
     [(128, 56, 64, 64, 3), (64, 224, 64, 64, 3), (16, 128, 64, 64, 3), (32, 112, 64, 128, 3), (32, 128, 64, 64, 9),
      (3, 6, 64, 64, 3)],
 )  # fmt: skip
-def test_window_tile_segments_are_whole_rows_of_image_parts(deterministic, batch, size, in_c, out_c, filter_hw):
+def test_window_tile_segments_are_whole_rows_of_image_parts(
+    deterministic, batch, size, in_c, out_c, filter_hw
+):
     """The filter-window tile (16-bit layers of at least 3 x 3 with at most 64 channels on one side: 3 filter rows x
     3 columns per block) walks its segment's images row after row, so that each X row comes from L2 about once for
     the three dY rows that meet it: its segments take all the rows, in columns of a width that a piece divides

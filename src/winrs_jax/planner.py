@@ -361,7 +361,9 @@ class Plan:
         """The segment grid in words: rows x columns of dY, and image parts where the batch is cut."""
         parts, rows = self.image_parts, self.segment_rows
         cols = self.segments // (parts * rows)
-        grid = f"{rows} x {cols} (rows x columns" if parts == 1 else f"{parts} x {rows} x {cols} (image parts x rows x columns"
+        grid = f"{rows} x {cols} (rows x columns"
+        if parts > 1:
+            grid = f"{parts} x {rows} x {cols} (image parts x rows x columns"
         images = "" if parts == 1 else f", {self.batch // parts}-{-(-self.batch // parts)} images each"
         return (
             f"  segments   Z={self.segments} = {grid}; Z^={self.baseline_segments:g} for {self.sm_count} SMs"
