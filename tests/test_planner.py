@@ -178,10 +178,10 @@ def test_window_tile_segments_are_whole_rows_of_image_parts(
         assert plan.segments == 128
 
 
-@pytest.mark.parametrize("batch, size, in_c, out_c", [(128, 35, 64, 96), (64, 33, 64, 64)])
+@pytest.mark.parametrize("batch, size, in_c, out_c", [(128, 17, 64, 96), (64, 33, 64, 64)])
 def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
-    """Where no piece width fills the window's K-blocks (35 and 33 columns: no divisor of at most 62 fills three
-    quarters of them) the launch runs the filter-row tile, which walks each segment row over its width plus two
+    """Where no piece width fills the window's K-blocks (17 and 33 columns: no divisor of at most 62 fills 70% of
+    them) the launch runs the filter-row tile, which walks each segment row over its width plus two
     halo positions: the segments are whole rows, or wide pieces of them where the rows run out (Algorithm 2's
     one-column segments made its 3x3 layers 3x slower on an H100)."""
     plan = plan_canonical(batch, (size, size), in_c, out_c, (3, 3), (1, 1, 1, 1), "bf16", "bf16",

@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
           std::tuple{1, 9, 45, 64, 16, 1, false, 0, 132}, std::tuple{3, 5, 14, 64, 64, 0, true, 0, 132},
           std::tuple{7, 5, 28, 64, 64, 0, true, 0, 4}, std::tuple{5, 9, 60, 40, 56, 0, false, 0, 132},
           std::tuple{6, 4, 16, 64, 48, 0, true, 0, 3}, std::tuple{4, 3, 32, 24, 64, 1, false, 0, 132},
-          std::tuple{3, 2, 16, 64, 64, 0, true, 0, 132}}) {
+          std::tuple{3, 2, 16, 64, 64, 0, true, 0, 132}, std::tuple{2, 6, 35, 64, 96, 0, true, 0, 132}}) {
       if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,

@@ -463,7 +463,7 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
     const bool own =
         !(flag && flag[0] == '0') && args.groups == 1 && (args.kernel == 1 || g.width0 == g.out_w);
     const int width = own ? window_piece_width(g, args.kernel) : 0;
-    const int subs = width > 0 ? window_piece_blocks(width) : 4, pieces = 4 / subs;
+    const int subs = width > 0 ? window_piece_blocks(width) : 4, pieces = subs == 3 ? 1 : 4 / subs;
     // One band of rows (runs end at dY's last row, WgmmaWindowConfig).
     if (width > 0 && g.seg_rows == 1 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
       OmegaArgs mapped = args;
@@ -473,6 +473,8 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
             return launch_config<WgmmaWindowConfig<P, 1>>(mapped, stream);
           case 2:
             return launch_config<WgmmaWindowConfig<P, 2>>(mapped, stream);
+          case 3:
+            return launch_config<WgmmaWindowConfig<P, 3>>(mapped, stream);
           default:
             return launch_config<WgmmaWindowConfig<P, 4>>(mapped, stream);
         }

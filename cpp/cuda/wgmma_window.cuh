@@ -38,8 +38,9 @@ __host__ __device__ inline int window_piece_width(const SegmentGrid& g, int kern
   return winrs::window_piece_width(kernel == 0 ? g.seg_w : g.out_w - g.width0);
 }
 
-// Subs: the K-blocks of 16 dY positions that a piece takes (1, 2 or 4). A step takes 4 / Subs pieces, the
-// next rows of a run, each in its own K-blocks of dY, so that every step runs four K-blocks. A run takes
+// Subs: the K-blocks of 16 dY positions that a piece takes (1, 2, 3 or 4). A step takes 4 / Subs pieces (one
+// of 3), the next rows of a run, each in its own K-blocks of dY, so that every step runs four K-blocks
+// (three). A run takes
 // whole steps: rows past the segment's end read as zeros, so the launch needs segments that end at dY's
 // last row (one band of rows, the window's plans).
 template <Path P, int Subs>
@@ -55,10 +56,10 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int blocks_per_sm = 1;
   static constexpr int K = 16;
   static constexpr bool chunked = false, copy = true, tma = true;
-  static constexpr int copy_substeps = 4;
+  static constexpr int copy_substeps = Subs == 3 ? 3 : 4;  // K-blocks per step
   static constexpr int copy_units = copy_substeps * K;  // dY rows of a buffer: pieces, each then zeros
   static constexpr int subs = Subs;
-  static_assert(Subs >= 1 && Subs <= copy_substeps && copy_substeps % Subs == 0);
+  static_assert(Subs >= 1 && Subs <= 4 && copy_substeps % Subs == 0);
   static constexpr int pieces = copy_substeps / Subs;  // per step: dY rows of a run
   static constexpr int piece_units = Subs * K;         // a piece's dY rows
   // X rows a step copies: `pieces` (one box), at the top of a run first_x_rows (rows 0 .. 2 pieces - 1 in
@@ -79,7 +80,7 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int x_rows = (first_x_rows * (piece_units + taps - 1) + 7) / 8 * 8;
   static constexpr int copy_step_elems = (grad_elems + x_rows * x_row + 511) / 512 * 512;  // 1 KB multiples
   static_assert(copy_step_elems * sizeof(Smem) % 1024 == 0);
-  // As many buffers as fit in about 210 KB, at most 7: Subs 4 (33 KB) 6, Subs 2 (25 KB) and 1 (26 KB) 7.
+  // As many buffers as fit in about 210 KB, at most 7: Subs 4 (33 KB) 6, Subs 3, 2 and 1 (25-26 KB) 7.
   static constexpr int copy_stages =
       int(215040 / (copy_step_elems * sizeof(Smem))) < 7 ? int(215040 / (copy_step_elems * sizeof(Smem))) : 7;
   static_assert(copy_stages > reach + 1);

@@ -71,20 +71,20 @@ WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid
 }
 
 // The filter-window tile's pieces of a dY row (cuda/wgmma_window.cuh): for segments `widest` positions wide,
-// the divisor of that width of at most kWindowMaxWidth whose K-blocks of 16 positions are fullest (the
-// larger of equals), 0 where none fills three quarters of its K-blocks.
+// the divisor of that width of at most kWindowMaxWidth whose K-blocks of 16 positions (window_piece_blocks)
+// are fullest (the larger of equals), 0 where none fills 70% of them (35 of 48: Inception's 35 x 35 maps).
 inline constexpr int kWindowMaxWidth = 62;
+// K-blocks of 16 positions a piece takes: 1, 2, 3 or 4.
+WINRS_HD inline int window_piece_blocks(int width) { return (width + 15) / 16; }
 WINRS_HD inline int window_piece_width(int widest) {
   int best = 0, best_fill = 0;  // fill in 1/64ths
   for (int width = kWindowMaxWidth < widest ? kWindowMaxWidth : widest; width >= 1; --width) {
     if (widest % width != 0) continue;
-    const int fill = 64 * width / ((width + 15) / 16 * 16);
+    const int fill = 64 * width / (window_piece_blocks(width) * 16);
     if (fill > best_fill) best = width, best_fill = fill;
   }
-  return best_fill >= 48 ? best : 0;
+  return best_fill >= 45 ? best : 0;
 }
-// K-blocks of 16 positions a piece of that width takes in the tile's steps of four (three take four).
-WINRS_HD inline int window_piece_blocks(int width) { return (width + 15) / 16 == 3 ? 4 : (width + 15) / 16; }
 
 // The units of one work tile: images x clipped rows x unit columns of its segment. Images count from the
 // segment's first, image0.
