@@ -57,7 +57,7 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int K = 16;
   static constexpr bool chunked = false, copy = true, tma = true;
   static constexpr int copy_substeps = Subs == 3 ? 3 : 4;  // K-blocks per step
-  static constexpr int copy_units = copy_substeps * K;  // dY rows of a buffer: pieces, each then zeros
+  static constexpr int copy_units = copy_substeps * K;     // dY rows of a buffer: pieces, each then zeros
   static constexpr int subs = Subs;
   static_assert(Subs >= 1 && Subs <= 4 && copy_substeps % Subs == 0);
   static constexpr int pieces = copy_substeps / Subs;  // per step: dY rows of a run
