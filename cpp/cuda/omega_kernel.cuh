@@ -193,9 +193,9 @@ __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkT
     mbarrier_arrive_expect(bar, 4 * C::panel_bytes);  // boxes outside the tensor count whole, as zeros
     for (int b = 0; b < boxes; ++b) {
       const int pixel = per_pixel > 1 ? s / per_pixel : s * boxes + b;
-      // Past the walk's end: an image past the batch, which reads as zeros.
-      const int image =
-          pixel < pixels ? walk.image0 + (per_pixel > 1 ? s % per_pixel * images : 0) : int(p.batch);
+      // Whole batches only (the launch leaves image parts to the window): past the walk's end, an image past
+      // the batch, which reads as zeros.
+      const int image = per_pixel > 1 ? s % per_pixel * images : pixel < pixels ? 0 : walk.batch;
       const int oh = walk.row_begin + pixel / walk.units_per_row,
                 ow = walk.w_begin + pixel % walk.units_per_row;
       const int row = b * images * C::panel_channels;  // the box's first row (unit) in a panel
