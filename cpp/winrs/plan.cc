@@ -77,7 +77,8 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
   } else if (rows_first) {
     int64_t columns = ceil_div(z_hat, h_max);  // 1 while the rows suffice
     // The filter-window tile copies a segment's rows in pieces of a divisor of its width (cuda/
-    // wgmma_window.cuh): columns of equal width, the divisor of W_max nearest to the count asked for.
+    // wgmma_window.cuh): columns of equal width, the divisor of W_max nearest to the count asked for (forced
+    // segment counts; its own plans come from window_segments).
     if (tile.rows > 1 && w_max % columns != 0) {
       int64_t best = 1;
       for (int64_t c = 1; c <= w_max; ++c)
