@@ -46,8 +46,10 @@ constexpr double kWorkspaceShare = 0.15;
 // The filter-window tile's segments (window_segments): time in steps of four K-blocks, a block's fixed work
 // (zeroing its buffers, the copies' first latency, the output rounds) counted as kWindowBlockSteps steps and
 // a step as kWindowStepSeconds, for the atomic adds' cost. A step measured 1.05 us on 3x3 128:56:64 (1850
-// cycles at 1.755 GHz, the fifteenth stop's form, H100 Nsight Compute, 2026-11-24); the fixed work is an
-// estimate from the same profile.
+// cycles at 1.755 GHz, the fifteenth stop's form, H100 Nsight Compute, 2026-11-24) and about 1.2 us in the
+// row walk (3x3 32:224:64, 9x9 32:128:64: time over steps per block and waves); the fixed work is an estimate
+// from the same profile. The model counts K-blocks, not copies: a step of pieces that do not fill their
+// K-blocks copies a dY box per piece and costs more than it says.
 constexpr double kWindowBlockSteps = 3;
 constexpr double kWindowStepSeconds = 1.0e-6;
 
@@ -351,7 +353,7 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   // take them whatever their traffic, buckets only within the workspace bound.
   const int64_t z_accurate =
       fp32_accurate(options.reference) ? ceil_div(p.batch * p.out_h * p.out_w, kMaxSumPositions) : 1;
-  int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
+  const int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
   // The filter-window tile cuts images, not rows (window_segments); with atomic adds its model weighs their
