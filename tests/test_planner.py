@@ -46,9 +46,12 @@ SHAPES = [
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("segments", [None, 3, 16])
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_plan_properties(shape, segments, deterministic):
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_plan_properties(shape, segments, deterministic, dtype):
+    """Segments tile dY exactly (images x rows x columns: bfloat16's 64-channel layers of at least 3 x 3 take the
+    filter-window tile's image parts), each in its own place of the chains, within the workspace bound."""
     n, hw, c, fh, fw = shape
-    plan = _plan(n, hw, hw, c, c, fh, fw, segments=segments, deterministic=deterministic)
+    plan = _plan(n, hw, hw, c, c, fh, fw, dtype=dtype, segments=segments, deterministic=deterministic)
     assert plan.atomic != deterministic
     assert plan.supported, plan.reason
     v0, v1 = VARIANTS[plan.variant0], VARIANTS[plan.variant1]
