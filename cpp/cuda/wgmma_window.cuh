@@ -13,9 +13,9 @@
 // apart (the 128-byte swizzle's form of wgmma_taps.cuh's m64n96k16). Both operands are read from shared
 // memory (dY as the transposed A). Zeros outside the tensor stand for the padding, and for the rows that
 // round a run up to whole steps (its segment ends at the last row: WgmmaWindowConfig). The fifteenth stop's
-// form copied three X rows per piece, a box per piece: 52% of its warps' samples waited for the copies;
-// boxes of one row per piece (four per step) were 3x slower again (H100 Nsight Compute, 2026-11-24): the
-// copies' cost follows the boxes more than their bytes.
+// form copied three X rows per piece, a box per piece: 37% of its warps' samples waited for the copies; a
+// box per piece and per X row (8-10 a step) made steps of 16-wide pieces 2-3x slower again (H100, Nsight
+// Compute, 2026-11-24): the copies' cost follows the boxes more than their bytes.
 //
 // Three warpgroups, a block per SM (96 accumulators per thread), one per filter row. Thread 0 issues the
 // copies; a warp releases a buffer when the MMAs that read it are done.
@@ -40,9 +40,8 @@ __host__ __device__ inline int window_piece_width(const SegmentGrid& g, int kern
 
 // Subs: the K-blocks of 16 dY positions that a piece takes (1, 2, 3 or 4). A step takes 4 / Subs pieces (one
 // of 3), the next rows of a run, each in its own K-blocks of dY, so that every step runs four K-blocks
-// (three). A run takes
-// whole steps: rows past the segment's end read as zeros, so the launch needs segments that end at dY's
-// last row (one band of rows, the window's plans).
+// (three). A run takes whole steps: rows past the segment's end read as zeros, so the launch needs segments
+// that end at dY's last row (one band of rows, the window's plans).
 template <Path P, int Subs>
 struct WgmmaWindowConfig : WgmmaPath<P> {
   using Tile = typename TapsConfig<P, kDirectTaps>::Tile;
