@@ -316,8 +316,9 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
 
   const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
   // The stagers walk the segment's images from its first (image parts, segments.h); the TMA loops address
-  // the whole tensor and add it themselves.
-  const long long image_offset = walk.image0;
+  // the whole tensor and keep whole batches (the window adds the first image itself).
+  const T* part_input = input + (long long)walk.image0 * p.in_h * p.in_w * p.in_c;
+  const T* part_grad = out_grad + (long long)walk.image0 * p.out_h * p.out_w * p.out_c;
   Gemm gemm;
   gemm.init(tid);
 
@@ -344,13 +345,11 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
     }
   } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
-    stager.init(tid, p, work, walk, input + image_offset * p.in_h * p.in_w * p.in_c,
-                out_grad + image_offset * p.out_h * p.out_w * p.out_c);
+    stager.init(tid, p, work, walk, part_input, part_grad);
     copy_main_loop<C>(stager, gemm, smem, stager.steps());
   } else {
     Stager<C> stager;
-    stager.init(tid, p, work, walk, input + image_offset * p.in_h * p.in_w * p.in_c,
-                out_grad + image_offset * p.out_h * p.out_w * p.out_c);
+    stager.init(tid, p, work, walk, part_input, part_grad);
     const int steps = (walk.units() + C::K - 1) / C::K;
     // The unit-staged kernels of one block per SM compile the main loop twice, with and without the vector
     // loads, and choose once; elsewhere one copy branches per load phase (under the 128-register cap a
@@ -449,6 +448,16 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   return cudaErrorInvalidValue;  // no wide tile in 32 bits (variants.h, wide_taps)
 }
 
+// Launches the window config C on its maps of pieces `width` wide; false (nothing launched) if the driver
+// refuses the maps.
+template <class C>
+bool launch_window_config(const OmegaArgs& args, int width, cudaStream_t stream, cudaError_t* result) {
+  OmegaArgs mapped = args;
+  if (!encode_window_maps<C>(&mapped, width)) return false;
+  *result = launch_config<C>(mapped, stream);
+  return true;
+}
+
 // The filter-window tile (variants.h, window_taps) where its staging applies: on Hopper, one problem (the
 // maps address one tensor each), pieces that fill their K-blocks (window_piece_width), the launch's last
 // segment ending at the output's last column (where its boxes read zeros past it), one band of rows (the
@@ -463,22 +472,22 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
     const bool own =
         !(flag && flag[0] == '0') && args.groups == 1 && (args.kernel == 1 || g.width0 == g.out_w);
     const int width = own ? window_piece_width(g, args.kernel) : 0;
-    const int subs = width > 0 ? window_piece_blocks(width) : 4, pieces = subs == 3 ? 1 : 4 / subs;
     // One band of rows (runs end at dY's last row, WgmmaWindowConfig).
     if (width > 0 && g.seg_rows == 1 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {
-      OmegaArgs mapped = args;
-      if (encode_window_maps(&mapped, width, width == 16 * subs ? pieces : 1, pieces)) {
-        switch (subs) {
+      cudaError_t result = cudaSuccess;
+      const bool launched = [&] {
+        switch (window_piece_blocks(width)) {
           case 1:
-            return launch_config<WgmmaWindowConfig<P, 1>>(mapped, stream);
+            return launch_window_config<WgmmaWindowConfig<P, 1>>(args, width, stream, &result);
           case 2:
-            return launch_config<WgmmaWindowConfig<P, 2>>(mapped, stream);
+            return launch_window_config<WgmmaWindowConfig<P, 2>>(args, width, stream, &result);
           case 3:
-            return launch_config<WgmmaWindowConfig<P, 3>>(mapped, stream);
+            return launch_window_config<WgmmaWindowConfig<P, 3>>(args, width, stream, &result);
           default:
-            return launch_config<WgmmaWindowConfig<P, 4>>(mapped, stream);
+            return launch_window_config<WgmmaWindowConfig<P, 4>>(args, width, stream, &result);
         }
-      }
+      }();
+      if (launched) return result;
     }
   }
   return launch_taps<P, kNarrowBlock>(args, stream);

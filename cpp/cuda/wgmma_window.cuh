@@ -66,6 +66,11 @@ struct WgmmaWindowConfig : WgmmaPath<P> {
   static constexpr int x_box_rows = pieces;
   static constexpr int first_x_boxes = pieces == 1 ? kWindowRows : 2;
   static constexpr int first_x_rows = first_x_boxes * x_box_rows;
+  // dY rows a step copies: one box of the step's rows where the pieces fill their K-blocks (the rows lie
+  // piece_units apart, as the K-blocks take them), else a box per piece.
+  __host__ __device__ static constexpr int grad_box_rows(int width) {
+    return width == piece_units ? pieces : 1;
+  }
   // Steps back that a piece's X rows come from: a buffer is refilled only after the last step reading it.
   static constexpr int reach = pieces == 1 ? kWindowRows - 1 : 1;
 
@@ -203,8 +208,7 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
 // Main loop of the window tile: the segment's images (image parts, segments.h) one after another, each in
 // runs of all its rows for one piece of `width` positions (window_piece_width, the same as the launch's
 // boxes), a step taking the next C::pieces rows of a run. dY rows past a piece in a buffer stay zero: the
-// buffers are zeroed once (omega_kernel) and no box writes them. `grad_rows`: the rows of the dY map's box
-// (C::pieces where the pieces fill their K-blocks, else 1: a box per piece).
+// buffers are zeroed once (omega_kernel) and no box writes them. The maps' boxes: encode_window_maps.
 template <class C, class Gemm>
 __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const WorkTile& work,
                                                  const Segment& seg, Gemm& gemm, typename C::Smem* smem,
@@ -213,7 +217,6 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
   const int width = window_piece_width(args.grid, args.kernel), line = width + C::taps - 1;
-  const bool row_boxes = width != C::piece_units;  // a dY box per piece
   const int per_line = (seg.w_end - seg.w_begin + width - 1) / width;
   const int run_steps = (seg.h_end - seg.h_begin + C::pieces - 1) / C::pieces;
   const int steps = (seg.image_end - seg.image_begin) * per_line * run_steps;
@@ -229,7 +232,7 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
     const int x_boxes = t0 == 0 ? C::first_x_boxes : 1;
     // Boxes outside the tensor count whole, as zeros (rows past dY's last one: the run's last step).
     mbarrier_arrive_expect(bar, grad_bytes + x_boxes * x_box_bytes);
-    if (row_boxes) {
+    if (C::grad_box_rows(width) == 1) {
       for (int b = 0; b < C::pieces; ++b)
         tma_load_4d(stage + b * C::piece_units * C::grad_row, &args.grad_map, bar, work.oc0, ow,
                     seg.h_begin + t0 + b, image);
@@ -267,13 +270,15 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   gemm.template retire<0>();
 }
 
-// Host: the window's maps of dY (boxes of 64 channels x `width` positions x `grad_rows` rows) and X (64
-// channels x (width + 2) positions x `x_rows` rows); false if the driver refuses.
-inline bool encode_window_maps(OmegaArgs* args, int width, int grad_rows, int x_rows) {
+// Host: C's maps of dY (boxes of 64 channels x `width` positions x C::grad_box_rows rows) and X (64 channels
+// x (width + 2) positions x C::x_box_rows rows); false if the driver refuses.
+template <class C>
+bool encode_window_maps(OmegaArgs* args, int width) {
   const Problem& p = args->problem;
-  const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width), cuuint32_t(grad_rows), 1};
+  const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width),
+                                  cuuint32_t(C::grad_box_rows(width)), 1};
   const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
-                                   cuuint32_t(x_rows), 1};
+                                   cuuint32_t(C::x_box_rows), 1};
   return encode_boxes(&args->grad_map, args->out_grad, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
                       CU_TENSOR_MAP_SWIZZLE_128B) &&
          encode_boxes(&args->input_map, args->input, p.batch, p.in_h, p.in_w, p.in_c, input_box,
