@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|sass|profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -129,6 +129,16 @@ for stage in "$@"; do
         grep -E "omega_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
           "$OUT/ncu-${layer//:/-}${PROFILE_TAG:-}.txt" | head -30
       done ;;
+    stall-samples)
+      # Warp stall samples of the first omega kernel of each layer by SASS instruction (tools/stall_samples.py).
+      for layer in ${PROFILE_LAYERS:-32:56:256:3}; do
+        (cd /tmp && python3 "$ROOT/tools/stall_samples.py" "$layer" ${PROFILE_DTYPE:-bf16} "/tmp/stalls-${layer//:/-}") \
+          2>&1 | grep -v Warning | tee -a "$OUT/stall-samples.txt"
+      done ;;
+    ab)
+      # A launch-time switch A/B in one process (tools/ab_env.py): AB="VAR A B", PROFILE_LAYERS, PROFILE_DTYPE.
+      (cd /tmp && python3 "$ROOT/tools/ab_env.py" ${AB:-WINRS_JAX_WINDOW 1 0} ${PROFILE_DTYPE:-bf16} \
+        ${PROFILE_LAYERS:-32:56:256:3}) 2>&1 | grep -v Warning | tee "$OUT/ab.jsonl" ;;
     breakdown)
       # Every kernel of one filter gradient, WinRS's and XLA's, with its time, from PyTorch's profiler (CUPTI; XLA's
       # process ended in a segmentation fault under ncu): the main kernel's share, and what the memset, residual
