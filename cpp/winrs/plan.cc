@@ -64,6 +64,23 @@ bool has_winograd_divisor(int64_t filter_w) {
 // it cuts rows first and columns only where the rows run out: in segments one column wide (the algorithm's
 // choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100,
 // 2026-11-23).
+// The grid of segments seg_h x seg_w over the primary region (whole row bands: seg_rows = out_h / seg_h) and
+// `image_parts` parts of the batch; one bucket (make_plan sets the buckets).
+SegmentGrid segment_grid(const Problem& p, const KernelPair& pair, int64_t seg_h, int64_t seg_w,
+                         int64_t image_parts = 1) {
+  SegmentGrid g;
+  g.batch = int(p.batch);
+  g.image_parts = int(image_parts);
+  g.out_h = int(p.out_h);
+  g.out_w = int(p.out_w);
+  g.seg_h = int(seg_h);
+  g.seg_rows = int(p.out_h / seg_h);
+  g.seg_w = int(seg_w);
+  g.width0 = int(pair.width0);
+  g.bucket_count = 1;
+  return g;
+}
+
 SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, int64_t z_hat) {
   const int64_t r0 = kVariants[pair.variant0].r;
   const int64_t w_max = pair.width0 / r0;
@@ -108,17 +125,7 @@ SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, i
       }
     }
   }
-  seg_h = std::clamp<int64_t>(seg_h, 1, p.out_h);
-  SegmentGrid g;
-  g.batch = int(p.batch);
-  g.out_h = int(p.out_h);
-  g.out_w = int(p.out_w);
-  g.seg_h = int(seg_h);
-  g.seg_rows = int(p.out_h / seg_h);
-  g.seg_w = int(seg_w);
-  g.width0 = int(pair.width0);
-  g.bucket_count = 1;  // make_plan sets the buckets
-  return g;
+  return segment_grid(p, pair, std::clamp<int64_t>(seg_h, 1, p.out_h), seg_w);
 }
 
 // Blocks of a variant's kernel per segment on the GPU (its work tiles, schedule.h).
@@ -151,6 +158,7 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
   const double tiles = double(blocks_per_segment(p, pair.variant0, options.path));
   const double slots = double(std::max(1, options.sm_count));
   double best = std::numeric_limits<double>::infinity();
+  int64_t best_width = 0, best_parts = 0;
   for (int64_t cols = 1; cols <= p.out_w; ++cols) {
     if (p.out_w % cols != 0) continue;
     const int width = window_piece_width(int(p.out_w / cols));
@@ -164,19 +172,13 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
         cost += double(parts * cols) * double(p.filter_elems()) / kAtomicAddsPerSecond / kWindowStepSeconds;
       if (cost < best * (1 - 1e-9)) {
         best = cost;
-        grid->seg_w = int(p.out_w / cols);
-        grid->image_parts = int(parts);
+        best_width = p.out_w / cols;
+        best_parts = parts;
       }
     }
   }
-  if (best == std::numeric_limits<double>::infinity()) return false;
-  grid->out_h = int(p.out_h);
-  grid->out_w = int(p.out_w);
-  grid->seg_h = int(p.out_h);
-  grid->seg_rows = 1;
-  grid->width0 = int(pair.width0);
-  grid->batch = int(p.batch);
-  grid->bucket_count = 1;
+  if (best_width == 0) return false;
+  *grid = segment_grid(p, pair, p.out_h, best_width, best_parts);
   return true;
 }
 
