@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -139,6 +139,11 @@ for stage in "$@"; do
       # A launch-time switch A/B in one process (tools/ab_env.py): AB="VAR A B", PROFILE_LAYERS, PROFILE_DTYPE.
       (cd /tmp && python3 "$ROOT/tools/ab_env.py" ${AB:-WINRS_JAX_WINDOW 1 0} ${PROFILE_DTYPE:-bf16} \
         ${PROFILE_LAYERS:-32:56:256:3}) 2>&1 | grep -v Warning | tee "$OUT/ab.jsonl" ;;
+    gemm-calibration)
+      # cuBLAS's time for each layer's per-tap GEMM (tools/gemm_calibration.py): the one-tap formulation's ceiling.
+      (cd /tmp && python3 "$ROOT/tools/gemm_calibration.py" ${PROFILE_DTYPE:-bf16} \
+        ${PROFILE_LAYERS:-32:56:256:3 32:14:1024:3 128:7:512:3 128:28:128:3 32:16:512:5 32:32:256:9}) 2>&1 \
+        | grep -v Warning | tee "$OUT/gemm-calibration.jsonl" ;;
     breakdown)
       # Every kernel of one filter gradient, WinRS's and XLA's, with its time, from PyTorch's profiler (CUPTI; XLA's
       # process ended in a segmentation fault under ncu): the main kernel's share, and what the memset, residual
