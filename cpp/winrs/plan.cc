@@ -59,11 +59,6 @@ bool has_winograd_divisor(int64_t filter_w) {
   return false;
 }
 
-// Algorithm 2: segment height and width from the baseline count. The direct kernel's filter-row tile
-// (variants.h, direct_taps and wide_taps) walks a segment's rows over its width plus the taps' halo, so that
-// it cuts rows first and columns only where the rows run out: in segments one column wide (the algorithm's
-// choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100,
-// 2026-11-23).
 // The grid of segments seg_h x seg_w over the primary region (whole row bands: seg_rows = out_h / seg_h) and
 // `image_parts` parts of the batch; one bucket (make_plan sets the buckets).
 SegmentGrid segment_grid(const Problem& p, const KernelPair& pair, int64_t seg_h, int64_t seg_w,
@@ -81,6 +76,11 @@ SegmentGrid segment_grid(const Problem& p, const KernelPair& pair, int64_t seg_h
   return g;
 }
 
+// Algorithm 2: segment height and width from the baseline count. The direct kernel's filter-row tile
+// (variants.h, direct_taps and wide_taps) walks a segment's rows over its width plus the taps' halo, so that
+// it cuts rows first and columns only where the rows run out: in segments one column wide (the algorithm's
+// choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100,
+// 2026-11-23).
 SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, int64_t z_hat) {
   const int64_t r0 = kVariants[pair.variant0].r;
   const int64_t w_max = pair.width0 / r0;
