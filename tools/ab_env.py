@@ -1,6 +1,7 @@
 """A/B of a launch-time switch in one process: WinRS's filter gradient (forced) of each layer timed with an
-environment variable the CUDA launches read at every call (WINRS_JAX_MULTICAST, WINRS_JAX_WINDOW,
-WINRS_JAX_WGMMA) set to each value in turn, rounds interleaved, beside XLA's; results identical between values.
+environment variable the CUDA launches read at every call (WINRS_JAX_WINDOW, WINRS_JAX_WGMMA, or an
+experiment's own) set to each value in turn, rounds interleaved, beside XLA's; whether the results of the two
+values are identical, and close.
 
 python tools/ab_env.py VAR VALUE_A VALUE_B DTYPE SHAPE...   # shapes in bench's form, e.g. 32:56:256:3
 """

@@ -10,6 +10,7 @@ whether the one-tap formulation (tall K, small OC x IC) is what holds WinRS's di
 """
 
 import json
+import math
 import sys
 
 import torch
@@ -38,12 +39,7 @@ def main(dtype_name: str, texts: list[str]) -> None:
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype_name]
     for text in texts:
         shape = Shape.parse(text)
-        k = shape.n
-        for size in shape.out_spatial:
-            k *= size
-        taps = 1
-        for f in shape.filter:
-            taps *= f
+        k, taps = shape.n * math.prod(shape.out_spatial), math.prod(shape.filter)
         ms = gemm_ms(shape.cout, shape.cin, k, dtype)
         flops = 2.0 * shape.cout * shape.cin * k
         row = {"layer": str(shape), "dtype": dtype_name, "m": shape.cout, "n": shape.cin, "k": k,
