@@ -139,13 +139,13 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
     scale = std::fmax(scale, std::fabs(double(cpu[i])));
   }
   const bool close = finite && worst <= tolerance(path, v) * scale;
-  const winrs::PixelRuns runs = winrs::pixel_runs(op.plan.grid, 0, 64);  // where the 128 x 128 block takes them
   std::printf(
-      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld (%d image parts, runs %dx%d) B=%lld%s  "
-      "max |gpu - cpu| / max |cpu| = %.2e %s\n",
+      "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld (%d image parts) B=%lld%s  max |gpu - "
+      "cpu| / "
+      "max |cpu| = %.2e %s\n",
       info.name, var.alpha_class(), var.n, var.r, in_c, out_c, (long long)layer.batch, (long long)layer.out_h,
-      (long long)out_w, (long long)filter_w, (long long)op.plan.segments, op.plan.grid.image_parts, runs.width,
-      runs.rows, (long long)op.plan.buckets, atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
+      (long long)out_w, (long long)filter_w, (long long)op.plan.segments, op.plan.grid.image_parts,
+      (long long)op.plan.buckets, atomic ? " atomic" : "", worst / scale, ok && close ? "ok" : "FAILED");
   cudaFree(dx_alloc);
   cudaFree(ddy);
   cudaFree(ddw);
@@ -201,20 +201,6 @@ int main(int argc, char** argv) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, 4, 7, 2, filter_w});
-    }
-    // The 128 x 128 block's pixel runs (Hopper, 16 bits, a batch of 32; winrs/schedule.h, PixelRuns): one
-    // segment in 2 x 2 steps of 8 x 8 positions; segments of 3 columns in runs of 3 x 21 (a row of each step
-    // zeros), of 2 in runs of 2 x 32 past the last row; three and two row bands in runs of 7 x 8 and 5 x 12
-    // (8 and 4 rows of each step zeros); 8 x 8 runs past the last row; chained and atomic, several channel
-    // blocks.
-    for (const auto& [out_h, out_w, segments, filter_w, in_c, out_c, buckets, atomic] :
-         {std::tuple{16, 16, 1, 3, 136, 72, 0, true}, std::tuple{21, 6, 2, 3, 200, 136, 1, false},
-          std::tuple{30, 10, 4, 2, 136, 72, 0, true}, std::tuple{24, 7, 3, 3, 72, 264, 0, true},
-          std::tuple{24, 5, 2, 3, 128, 192, 1, false}, std::tuple{14, 16, 2, 3, 136, 72, 1, false}}) {
-      if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) continue;
-      ++cases;
-      failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
-                            Layer{32, out_h, out_w, segments, filter_w});
     }
     // The filter-row tile on 128 x 128 channels (16 bits; one channel block, rows of at least 28 positions
     // and enough of them for its tiles, variants.h, wide_taps): partial channel panels (120, 72, 96), chained

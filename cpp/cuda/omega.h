@@ -7,7 +7,6 @@
 
 #include "winrs/grouped.h"
 #include "winrs/operator.h"
-#include "winrs/schedule.h"
 
 namespace winrs::cuda {
 
@@ -29,8 +28,6 @@ struct OmegaArgs {
   long long semaphore_offset;
   // The TMA's maps of dY and X (tma.cuh) for the kernels that stage by it; set by their launch.
   CUtensorMap grad_map, input_map;
-  // The one-tap block's pixel runs (winrs/schedule.h, PixelRuns) when its maps hold them; {0, 0} otherwise.
-  PixelRuns runs;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

@@ -167,51 +167,27 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
   cp_async_wait<0>();
 }
 
-// Main loop of TMA staging (WgmmaConfig with Tma). With pixel runs (args.runs, winrs/schedule.h) a step is a
-// box of runs.width x runs.rows consecutive positions of one image: the segment's images one after another,
-// each in pieces of its columns and bands of its rows (past the tensor, zeros; the rows of a step past the
-// box's are zeros from the start). Without, a step is 64 images of one pixel (batches that are multiples of
-// 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32; the loop also takes 16
-// and 8; past the walk's end, boxes outside the tensor that read as zeros). Thread 0 copies each step's
-// boxes (dY and X, two 64-channel panels each) into a free buffer, and the warps wait for them on the
-// buffer's `full` barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited
-// for, one step later, so that a step's MMAs run while the next is issued; thread 0 refills it once all
-// warps have. No block-wide barrier in the loop.
+// Main loop of TMA staging (WgmmaConfig with Tma): a step is 64 images of one pixel (batches that are
+// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32; the loop
+// also takes 16 and 8, which the launch leaves to cp.async; past the walk's end, boxes outside the tensor
+// that read as zeros). Thread 0 copies each step's boxes (dY and X, two 64-channel panels each) into a free
+// buffer, and the warps wait for them on the buffer's `full` barrier. A warp releases a buffer on its `empty`
+// barrier when the step's MMAs are waited for, one step later, so that a step's MMAs run while the next is
+// issued; thread 0 refills it once all warps have. No block-wide barrier in the loop.
 template <class C, class Gemm>
 __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkTile& work,
-                                              const Segment& segment, const UnitWalk& walk, Gemm& gemm,
-                                              typename C::Smem* smem, uint64_t* full, uint64_t* empty) {
+                                              const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
+                                              uint64_t* full, uint64_t* empty) {
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   const Problem& p = args.problem;
-  const PixelRuns runs = args.runs;
-  const bool run_steps = runs.width > 0;
-  const int pieces = run_steps ? (segment.w_end - segment.w_begin + runs.width - 1) / runs.width : 0;
-  const int bands = run_steps ? (segment.h_end - segment.h_begin + runs.rows - 1) / runs.rows : 0;
   const int images = walk.batch < C::copy_units ? walk.batch : C::copy_units;  // per box
   const int boxes = C::copy_units / images;   // pixels per step (1 for batches of 64 and more)
   const int per_pixel = walk.batch / images;  // steps per pixel (1 for smaller batches)
   const int pixels = walk.rows * walk.units_per_row;
-  const int steps = run_steps       ? walk.batch * pieces * bands
-                    : per_pixel > 1 ? pixels * per_pixel
-                                    : (pixels + boxes - 1) / boxes;
+  const int steps = per_pixel > 1 ? pixels * per_pixel : (pixels + boxes - 1) / boxes;
   const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
   const int tid = threadIdx.x;
-  const auto produce_run = [&](int s) {  // thread 0
-    typename C::Smem* stage = smem + s % stages * step_elems;
-    uint64_t* bar = full + s % stages;
-    mbarrier_arrive_expect(bar, 4 * runs.width * runs.rows * C::panel_channels * int(sizeof(typename C::Smem)));
-    const int band = s % bands, piece = s / bands % pieces, image = walk.image0 + s / (bands * pieces);
-    const int oh = segment.h_begin + band * runs.rows, ow = segment.w_begin + piece * runs.width;
-#pragma unroll
-    for (int panel = 0; panel < 2; ++panel) {
-      const int c = panel * C::panel_channels;
-      tma_load_4d(stage + panel * C::panel_elems, &args.grad_map, bar, work.oc0 + c, ow, oh, image);
-      tma_load_4d(stage + C::side_elems + panel * C::panel_elems, &args.input_map, bar, work.ic0 + c,
-                  ow + col_offset, oh + row_offset, image);
-    }
-  };
   const auto produce = [&](int s) {  // thread 0
-    if (run_steps) return produce_run(s);
     typename C::Smem* stage = smem + s % stages * step_elems;
     uint64_t* bar = full + s % stages;
     mbarrier_arrive_expect(bar, 4 * C::panel_bytes);  // boxes outside the tensor count whole, as zeros
@@ -356,8 +332,7 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
       }
       mbarrier_init_fence();
     }
-    // Rows no box writes read as zeros (window_main_loop; pixel runs of fewer positions than a step).
-    if (TileRows<C>::window || (args.runs.width > 0 && args.runs.width * args.runs.rows < C::copy_units)) {
+    if constexpr (TileRows<C>::window) {  // rows no box writes read as zeros (window_main_loop)
       for (size_t i = tid; i < C::copy_bytes / 16; i += TileRows<C>::threads)
         reinterpret_cast<uint4*>(base)[i] = uint4{};
       fence_async_proxy();
@@ -366,7 +341,7 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
     if constexpr (TileRows<C>::window) {
       window_main_loop<C>(args, work, segment, gemm, smem, full, empty);
     } else {
-      tma_main_loop<C>(args, work, segment, walk, gemm, smem, full, empty);
+      tma_main_loop<C>(args, work, walk, gemm, smem, full, empty);
     }
   } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
@@ -542,19 +517,6 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if constexpr (kSixteenBit<path_info(P).operand>) {
       if (copies && runs_wgmma<WgmmaConfig<P>>()) {
         using Tma = WgmmaConfig<P, true>;
-        // Pixel runs where they apply (winrs/schedule.h), else boxes of images. WINRS_JAX_PIXEL_RUNS=0 takes
-        // the boxes of images everywhere (to compare them).
-        const char* runs_flag = std::getenv("WINRS_JAX_PIXEL_RUNS");
-        if (!(runs_flag && runs_flag[0] == '0') && args.groups == 1) {
-          OmegaArgs mapped = args;
-          mapped.runs = pixel_runs(args.grid, args.kernel, Tma::copy_units);
-          if (mapped.runs.width > 0 &&
-              encode_run_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
-                               mapped.runs.width, mapped.runs.rows) &&
-              encode_run_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
-                               mapped.runs.width, mapped.runs.rows))
-            return launch_config<Tma>(mapped, stream);
-        }
         // Boxes of 64 images, or of the whole batch where it divides 64 in rows of whole 8-row swizzle
         // periods. TMA staging ran 1.01-1.42x faster than cp.async's at batches 64 and 32, 0.93x at 16
         // (bf16, H100, 2026-11-23; docs/benchmarks.md): smaller batches keep cp.async.

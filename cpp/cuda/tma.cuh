@@ -108,12 +108,4 @@ inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, 
   return encode_boxes(map, base, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// Boxes of 64 channels of `width` x `rows` positions of one image (winrs/schedule.h, PixelRuns), 128-byte
-// swizzled: the one-tap block's pixel runs.
-inline bool encode_run_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
-                             long long c, int width, int rows) {
-  const cuuint32_t box[4] = {64, cuuint32_t(width), cuuint32_t(rows), 1};
-  return encode_boxes(map, base, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
-}
-
 }  // namespace winrs::cuda

@@ -86,41 +86,6 @@ WINRS_HD inline int window_piece_width(int widest) {
   return best_fill >= 45 ? best : 0;
 }
 
-// Pixel runs of the one-tap 128 x 128 block's TMA staging (cuda/omega_kernel.cuh, tma_main_loop): a step
-// copies `width` consecutive positions of `rows` consecutive dY rows of one image (and the X positions the tap
-// meets), where the other staging copies one position of 64 images, or of half the units' images in two boxes
-// per panel. A segment's steps cover its columns in pieces of `width` and its rows in bands of `rows`;
-// positions past the segment read zeros only past the tensor, so pieces tile every column but the last (which
-// ends at the output's last column) and bands every row band but the bottom one.
-// Where they apply (bf16, H100, 2026-11-24, tools/ab_env.py, docs/benchmarks.md): at a batch of half the
-// units, the runs ran 4-22% faster than the two boxes of images per panel on eleven layers with runs of 1-4
-// positions by 16-64 rows (fill 0.88-1.0), but runs of 14-16 positions by 4 rows (one segment over 14 x 14 and
-// 16 x 16 maps) 7% faster to 10% slower; at batches of 8, 16, 64 and 128 (cp.async, or one box of images per
-// panel) the runs were 4-15% slower on all six layers tried. So: that batch, runs at most kMaxRunWidth wide,
-// filling at least kMinRunFill of their steps' units; {0, 0} elsewhere.
-struct PixelRuns {
-  int width = 0, rows = 0;
-};
-inline constexpr int kMaxRunWidth = 8;
-inline constexpr double kMinRunFill = 0.85;
-WINRS_HD inline PixelRuns pixel_runs(const SegmentGrid& g, int kernel, int units) {
-  PixelRuns best;
-  if (2 * g.batch != units || g.image_parts != 1) return best;
-  if (kernel != 0 || g.width0 != g.out_w) return best;  // the residual column ends inside the output
-  const int seg_h = g.seg_rows == 1 ? g.out_h : g.seg_h;
-  double best_fill = kMinRunFill - 1e-9;
-  for (int width = g.seg_w < kMaxRunWidth ? g.seg_w : kMaxRunWidth; width >= 1; --width) {
-    if (g.seg_w % width != 0) continue;
-    int rows = units / width;  // any height where one band of rows ends at the output's last row
-    if (g.seg_rows > 1)
-      while (seg_h % rows != 0) --rows;
-    const int steps = (g.seg_w / width) * ((seg_h + rows - 1) / rows);
-    const double fill = double(seg_h) * g.seg_w / (double(steps) * units);
-    if (fill > best_fill) best = PixelRuns{width, rows}, best_fill = fill;  // the widest of equals
-  }
-  return best;
-}
-
 // The units of one work tile: images x clipped rows x unit columns of its segment. Images count from the
 // segment's first, image0.
 struct UnitWalk {
