@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -144,6 +144,15 @@ for stage in "$@"; do
       (cd /tmp && python3 "$ROOT/tools/gemm_calibration.py" ${PROFILE_DTYPE:-bf16} \
         ${PROFILE_LAYERS:-32:56:256:3 32:14:1024:3 128:7:512:3 128:28:128:3 32:16:512:5 32:32:256:9}) 2>&1 \
         | grep -v Warning | tee "$OUT/gemm-calibration.jsonl" ;;
+    cudnn-profile)
+      # cuDNN's filter-gradient kernel of each layer (N:H:C:F) under Nsight Compute (tools/cudnn_wgrad_profile.py):
+      # its launch shape, occupancy, throughputs and warp states, the model of what our kernels lack.
+      for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
+        timeout 150 ncu --profile-from-start off --section LaunchStats --section Occupancy --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \
+          python3 "$ROOT/tools/cudnn_wgrad_profile.py" ${PROFILE_DTYPE:-bf16} "$layer" >"$OUT/ncu-cudnn-$layer.txt" 2>&1
+        grep -E "^  sm90|Duration|Compute \(SM\)|L2 Cache Th|Registers Per|Grid Size|Cluster Size" "$OUT/ncu-cudnn-$layer.txt"
+      done ;;
     breakdown)
       # Every kernel of one filter gradient, WinRS's and XLA's, with its time, from PyTorch's profiler (CUPTI; XLA's
       # process ended in a segmentation fault under ncu): the main kernel's share, and what the memset, residual
