@@ -61,12 +61,19 @@ struct SegmentGrid {
   }
   // Links in the longest chain of one kernel's segments: 1 when each has a bucket of its own.
   WINRS_HD int chain(int kernel) const { return (kernel_segments(kernel) + bucket_count - 1) / bucket_count; }
+  // Image part, row band and column of segment z (segments are numbered part by part, then row by row).
+  struct Place {
+    int part, row, col;
+  };
+  WINRS_HD Place place(int z) const {
+    const int rest = z % part_segments();
+    return Place{z / part_segments(), rest / cols(), rest % cols()};
+  }
   // Number of segment z among its kernel's segments.
   WINRS_HD int kernel_index(int z) const {
-    const int part = z / part_segments(), rest = z % part_segments(), row = rest / cols(),
-              col = rest % cols();
-    return col < primary_cols() ? part * part_kernel_segments(0) + row * primary_cols() + col
-                                : part * part_kernel_segments(1) + row;
+    const Place at = place(z);
+    return at.col < primary_cols() ? at.part * part_kernel_segments(0) + at.row * primary_cols() + at.col
+                                   : at.part * part_kernel_segments(1) + at.row;
   }
   // Bucket and link of the segment numbered `local` among its kernel's segments.
   WINRS_HD int bucket_of(int local) const { return local % bucket_count; }
@@ -75,15 +82,14 @@ struct SegmentGrid {
   WINRS_HD int link(int z) const { return link_of(kernel_index(z)); }
 
   WINRS_HD Segment segment(int z) const {
-    const int part = z / part_segments(), rest = z % part_segments(), row = rest / cols(),
-              col = rest % cols();
+    const Place at = place(z);
     Segment s;
-    s.image_begin = int((long long)part * batch / image_parts);
-    s.image_end = int((long long)(part + 1) * batch / image_parts);
-    s.h_begin = row * seg_h;
-    s.h_end = (row == seg_rows - 1) ? out_h : s.h_begin + seg_h;
-    if (col < primary_cols()) {
-      s.w_begin = col * seg_w;
+    s.image_begin = int((long long)at.part * batch / image_parts);
+    s.image_end = int((long long)(at.part + 1) * batch / image_parts);
+    s.h_begin = at.row * seg_h;
+    s.h_end = (at.row == seg_rows - 1) ? out_h : s.h_begin + seg_h;
+    if (at.col < primary_cols()) {
+      s.w_begin = at.col * seg_w;
       s.w_end = (s.w_begin + seg_w < width0) ? s.w_begin + seg_w : width0;
       s.kernel = 0;
     } else {
