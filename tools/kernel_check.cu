@@ -31,9 +31,14 @@ bool check(cudaError_t e, const char* what) {
 // follows the variant's own error on the path (its MARE, variants.h); an indexing error is of order 1.
 // The alpha-16 output transforms multiply such a flip by the largest coefficients: TF32 Omega_16(9, 8)
 // reached 11.4x its MARE in max error (2026-11-23), hence 25x there.
-double tolerance(winrs::Path path, int variant) {
+// Both sides also sum each dW element's `positions` terms in FP32, in different orders: on the inputs here
+// (all positive) each sum is within (positions - 1) units of 2^-24 of the exact one, relative, so the two
+// differ by at most twice that. It matters on the FP32-accurate paths: split TF32 on a batch of 128 (3,584
+// positions) differed by 3.3e-6 against 10x its MARE, 3.1e-6 (H100, 2026-11-24).
+double tolerance(winrs::Path path, int variant, int64_t positions) {
   const winrs::Variant& var = winrs::kVariants[variant];
-  return std::fmax(1e-6, (var.alpha_class() == 16 ? 25 : 10) * var.shape(path).mare);
+  const double summation = 2.0 * double(positions - 1) * std::ldexp(1.0, -24);
+  return std::fmax(1e-6, (var.alpha_class() == 16 ? 25 : 10) * var.shape(path).mare) + summation;
 }
 
 // Inputs in the path's storage type (16-bit values as their bit patterns).
@@ -138,7 +143,7 @@ bool run_case(winrs::Path path, int v, int in_c, int out_c, int buckets, bool at
     worst = std::fmax(worst, std::fabs(double(gpu[i]) - cpu[i]));
     scale = std::fmax(scale, std::fabs(double(cpu[i])));
   }
-  const bool close = finite && worst <= tolerance(path, v) * scale;
+  const bool close = finite && worst <= tolerance(path, v, p.batch * p.out_h * p.out_w) * scale;
   std::printf(
       "%-6s Omega_%d(%d, %d) %3d:%-3d %lldx%lldx%lld fw %lld Z=%lld (%d image parts) B=%lld%s  max |gpu - "
       "cpu| / "
