@@ -31,10 +31,10 @@ bool check(cudaError_t e, const char* what) {
 // follows the variant's own error on the path (its MARE, variants.h); an indexing error is of order 1.
 // The alpha-16 output transforms multiply such a flip by the largest coefficients: TF32 Omega_16(9, 8)
 // reached 11.4x its MARE in max error (2026-11-23), hence 25x there.
-// Both sides also sum each dW element's `positions` terms in FP32, in different orders: on the inputs here
-// (all positive) each sum is within (positions - 1) units of 2^-24 of the exact one, relative, so the two
-// differ by at most twice that. It matters on the FP32-accurate paths: split TF32 on a batch of 128 (3,584
-// positions) differed by 3.3e-6 against 10x its MARE, 3.1e-6 (H100, 2026-11-24).
+// Both sides also sum each dW element's `positions` terms in FP32, in different orders: for direct sums of
+// the positive inputs here each sum is within (positions - 1) units of 2^-24 of the exact one, relative, so
+// the two differ by at most twice that. It matters on the FP32-accurate paths: split TF32 on a batch of 128
+// (3,584 positions) differed by 3.3e-6 against 10x its MARE, 3.1e-6 (H100, 2026-11-24).
 double tolerance(winrs::Path path, int variant, int64_t positions) {
   const winrs::Variant& var = winrs::kVariants[variant];
   const double summation = 2.0 * double(positions - 1) * std::ldexp(1.0, -24);
