@@ -7,6 +7,9 @@ OUT="${OUT:-/tmp/winrs-out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 ROOT="$(pwd)"
+# Nsight Compute's sections of the profile stages (ours and cuDNN's kernels alike).
+NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats
+  --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats --section ComputeWorkloadAnalysis"
 kernel_check() { ls "$ROOT"/build/*/kernel_check 2>/dev/null | head -1; }
 bench() {  # bench NAME ARGS...: python -m winrs_jax.bench from outside the source tree (NAME-DTYPE with --dtype)
   local dtype; dtype="$(echo "$*" | sed -n 's/.*--dtype \([a-z0-9_]*\).*/\1/p')"
@@ -120,10 +123,7 @@ for stage in "$@"; do
       done ;;
     profile)
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do  # Shape.parse's forms, e.g. 64:56:128:3:g128
-        (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 \
-          --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-          --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
-          --section ComputeWorkloadAnalysis \
+        (cd /tmp && ncu --kernel-name regex:${PROFILE_KERNEL:-omega} --launch-skip 2 --launch-count 1 $NCU_SECTIONS \
           python3 "$ROOT/tools/profile_layer.py" "$layer" ${PROFILE_DTYPE:-bf16} winrs ${PROFILE_ARGS:-}) \
           >"$OUT/ncu-${layer//:/-}${PROFILE_TAG:-}.txt" 2>&1
         grep -E "omega_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Tensor|Stall|Grid Size|Waves" \
@@ -148,8 +148,7 @@ for stage in "$@"; do
       # cuDNN's filter-gradient kernel of each layer (N:H:C:F) under Nsight Compute (tools/cudnn_wgrad_profile.py):
       # its launch shape, occupancy, throughputs and warp states, the model of what our kernels lack.
       for layer in ${PROFILE_LAYERS:-32:56:256:3 128:28:128:3}; do
-        timeout 150 ncu --profile-from-start off --section LaunchStats --section Occupancy --section SpeedOfLight \
-          --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        timeout 150 ncu --profile-from-start off $NCU_SECTIONS \
           python3 "$ROOT/tools/cudnn_wgrad_profile.py" ${PROFILE_DTYPE:-bf16} "$layer" >"$OUT/ncu-cudnn-$layer.txt" 2>&1
         grep -E "^  sm90|Duration|Compute \(SM\)|L2 Cache Th|Registers Per|Grid Size|Cluster Size" "$OUT/ncu-cudnn-$layer.txt"
       done ;;
