@@ -32,7 +32,10 @@ for stage in "$@"; do
       # On Hopper the 16-bit direct kernel's 128 x 128 block runs by wgmma; the second run checks mma.sync's.
       "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30
       WINRS_JAX_WGMMA=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-mma.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30
+      # The 128 x 128 TMA block where the persistent 128 x 256 one runs by default.
+      WINRS_JAX_PERSISTENT=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-one-tile.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-one-tile.log" | tail -30 ;;
     probe)
       # The wgmma descriptor properties that the filter-row tile's wgmma MMA relies on (tools/wgmma_probe.cu).
       nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \

@@ -207,6 +207,15 @@ int main(int argc, char** argv) {
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, 4, 7, 2, filter_w});
     }
+    // More tiles than an H100 has SMs (8 segments x 9 taps x 2 output-channel blocks x 2 of 256 input
+    // channels): the persistent 128 x 256 block walks two tiles or more, its ring of buffers running across
+    // their boundaries, adding atomically or each segment into its own bucket; chained (buckets 1), the
+    // 128 x 128 block takes them.
+    for (const auto& [buckets, atomic] : {std::pair{1, false}, std::pair{0, true}, std::pair{0, false}}) {
+      ++cases;
+      failures +=
+          !run_case(static_cast<winrs::Path>(path), 0, 512, 256, buckets, atomic, gen, Layer{32, 8, 7, 8, 3});
+    }
     // The filter-row tile on 128 x 128 channels (16 bits; one channel block, rows of at least 28 positions
     // and enough of them for its tiles, variants.h, wide_taps): partial channel panels (120, 72, 96), chained
     // and atomic, rows and their halos across steps of 64 units (190 and 256 columns) and filling one exactly

@@ -10,6 +10,7 @@ tensor pipe, an atomic).
 
 import csv
 import io
+import os
 import pathlib
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import sys
 
 def main(layer: str, dtype: str, prefix: str, top: int = 12) -> None:
     root = pathlib.Path(__file__).resolve().parent
+    kernel = "regex:" + os.environ.get("PROFILE_KERNEL", "omega")  # the persistent block: "persistent"
     subprocess.run(
-        ["ncu", "--kernel-name", "regex:omega", "--launch-skip", "2", "--launch-count", "1",
+        ["ncu", "--kernel-name", kernel, "--launch-skip", "2", "--launch-count", "1",
          "--section", "WarpStateStats", "--section", "SourceCounters", "--import-source", "no", "-f",
          "-o", prefix, sys.executable, str(root / "profile_layer.py"), layer, dtype, "winrs"],
         check=True, stdout=subprocess.DEVNULL,

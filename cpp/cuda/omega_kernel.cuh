@@ -14,7 +14,8 @@
 // filter-row tile on Hopper (wgmma_taps.cuh), or WgmmaWideTapsConfig, that tile on 128 x 128 channels
 // (wgmma_wide_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
 // (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
-// (tma_main_loop) at batches of 32 or a multiple of 64.
+// (tma_main_loop) at batches of 32 or a multiple of 64; there, where X's channel blocks pair up, a persistent
+// kernel of its own on 128 x 256 tiles runs instead (wgmma_persistent.cuh).
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -32,9 +33,11 @@
 #include "cuda/gemm_ffma.cuh"
 #include "cuda/gemm_mma.cuh"
 #include "cuda/omega.h"
+#include "cuda/pixel_steps.cuh"
 #include "cuda/staging.cuh"
 #include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
+#include "cuda/wgmma_persistent.cuh"
 #include "cuda/wgmma_taps.cuh"
 #include "cuda/wgmma_wide_taps.cuh"
 #include "cuda/wgmma_window.cuh"
@@ -167,46 +170,22 @@ __device__ __forceinline__ void copy_main_loop(Stager& stager, Gemm& gemm, typen
   cp_async_wait<0>();
 }
 
-// Main loop of TMA staging (WgmmaConfig with Tma): a step is 64 images of one pixel (batches that are
-// multiples of 64), or the whole batch of 64 / batch consecutive pixels of the walk (batches of 32; the loop
-// also takes 16 and 8, which the launch leaves to cp.async; past the walk's end, boxes outside the tensor
-// that read as zeros). Thread 0 copies each step's boxes (dY and X, two 64-channel panels each) into a free
-// buffer, and the warps wait for them on the buffer's `full` barrier. A warp releases a buffer on its `empty`
-// barrier when the step's MMAs are waited for, one step later, so that a step's MMAs run while the next is
-// issued; thread 0 refills it once all warps have. No block-wide barrier in the loop.
+// Main loop of TMA staging (WgmmaConfig with Tma; the steps' boxes: pixel_steps.cuh). Thread 0 copies each
+// step's boxes (dY and X, two 64-channel panels each) into a free buffer, and the warps wait for them on the
+// buffer's `full` barrier. A warp releases a buffer on its `empty` barrier when the step's MMAs are waited
+// for, one step later, so that a step's MMAs run while the next is issued; thread 0 refills it once all warps
+// have. No block-wide barrier in the loop.
 template <class C, class Gemm>
 __device__ __forceinline__ void tma_main_loop(const OmegaArgs& args, const WorkTile& work,
                                               const UnitWalk& walk, Gemm& gemm, typename C::Smem* smem,
                                               uint64_t* full, uint64_t* empty) {
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
-  const Problem& p = args.problem;
-  const int images = walk.batch < C::copy_units ? walk.batch : C::copy_units;  // per box
-  const int boxes = C::copy_units / images;   // pixels per step (1 for batches of 64 and more)
-  const int per_pixel = walk.batch / images;  // steps per pixel (1 for smaller batches)
-  const int pixels = walk.rows * walk.units_per_row;
-  const int steps = per_pixel > 1 ? pixels * per_pixel : (pixels + boxes - 1) / boxes;
-  const int row_offset = work.fh - int(p.pad_top), col_offset = work.f0 - int(p.pad_left);
+  const PixelSteps<C> plan(args.problem, work, walk);
+  const int steps = plan.steps;
   const int tid = threadIdx.x;
   const auto produce = [&](int s) {  // thread 0
-    typename C::Smem* stage = smem + s % stages * step_elems;
-    uint64_t* bar = full + s % stages;
-    mbarrier_arrive_expect(bar, 4 * C::panel_bytes);  // boxes outside the tensor count whole, as zeros
-    for (int b = 0; b < boxes; ++b) {
-      const int pixel = per_pixel > 1 ? s / per_pixel : s * boxes + b;
-      // Whole batches only (the launch leaves image parts to the window): past the walk's end, an image past
-      // the batch, which reads as zeros.
-      const int image = per_pixel > 1 ? s % per_pixel * images : pixel < pixels ? 0 : walk.batch;
-      const int oh = walk.row_begin + pixel / walk.units_per_row,
-                ow = walk.w_begin + pixel % walk.units_per_row;
-      const int row = b * images * C::panel_channels;  // the box's first row (unit) in a panel
-#pragma unroll
-      for (int panel = 0; panel < 2; ++panel) {
-        const int c = panel * C::panel_channels;
-        tma_load_4d(stage + panel * C::panel_elems + row, &args.grad_map, bar, work.oc0 + c, ow, oh, image);
-        tma_load_4d(stage + C::side_elems + panel * C::panel_elems + row, &args.input_map, bar, work.ic0 + c,
-                    ow + col_offset, oh + row_offset, image);
-      }
-    }
+    mbarrier_arrive_expect(full + s % stages, PixelSteps<C>::step_bytes);
+    plan.issue(args, work, walk, smem + s % stages * step_elems, full + s % stages, s);
   };
   if (tid == 0)
     for (int s = 0; s < stages && s < steps; ++s) produce(s);
@@ -528,8 +507,14 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
           OmegaArgs mapped = args;
           if (encode_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
                                  int(images)) &&
-              encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, int(images)))
+              encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
+                                 int(images))) {
+            // Where X's 128-channel blocks pair up, the persistent 128 x 256 block (wgmma_persistent.cuh).
+            cudaError_t result = cudaSuccess;
+            if (takes_persistent(p) && launch_persistent<PersistentConfig<P>>(mapped, stream, &result))
+              return result;
             return launch_config<Tma>(mapped, stream);
+          }
         }
         return launch_config<WgmmaConfig<P>>(args, stream);
       }

@@ -68,6 +68,9 @@ struct WgmmaConfig : WgmmaPath<P> {
   static constexpr int panel_bytes = panel_elems * int(sizeof(Smem));
   static constexpr int side_elems = BN / panel_channels * panel_elems;
   static constexpr int copy_step_elems = 2 * side_elems;  // dY, then X
+  // The 64-channel panels of dY and X in a step and where X's start (pixel_steps.cuh).
+  static constexpr int grad_panels = BN / panel_channels, input_panels = BM / panel_channels;
+  static constexpr int input_base = side_elems;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   // The swizzle repeats every 8 rows (1024 bytes) and is read from address bits: buffers start 1024-aligned.
   static constexpr size_t smem_align = 1024;

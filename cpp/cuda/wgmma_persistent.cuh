@@ -1,0 +1,195 @@
+// The one-tap block as a persistent, warp-specialised kernel on the 128 x 256 channel tile (issue 7;
+// wgmma_wide_n.cuh; the structure of cuDNN's Hopper wgrad kernel, docs/benchmarks.md, eighteenth stop): one
+// block of three warpgroups per SM walks the work tiles b, b + G, b + 2G, ... of the TileScheduler (G blocks,
+// at most one per SM). Warpgroup 0 is the producer: one thread issues every step's TMA boxes
+// (pixel_steps.cuh) into a ring of buffers, running ahead across tile boundaries, so that a tile's first
+// steps are in flight while the previous tile's MMAs finish and its output is written. Warpgroups 1 and 2 are
+// the consumers, each 64 output channels by 256 input channels, releasing a buffer one step later, as
+// tma_main_loop does; they write a tile's output straight from the accumulator fragments (float2 stores or
+// atomics), with write_round's bucket and atomic semantics.
+//
+// Against the 128 x 128 block of one tile (two blocks per SM), 1.01-1.23x faster on ten bf16 layers (H100,
+// 2026-11-24; docs/benchmarks.md, nineteenth stop). The same persistent structure on the 128 x 128 tile (two
+// consumer warpgroups of m64n128k16) ran 1.2-1.9x slower than the two blocks of one tile, whether staged by
+// the TMA or by cp.async from the producer's 128 threads; clusters of two blocks sharing X by multicast moved
+// the 128 x 256 tile by -4% to +5%. Neither is kept (branch experiment/persistent-one-tap).
+//
+// Plans whose segments chain (serial split-K, segments.h) keep the 128 x 128 block: a persistent block
+// waiting for a link whose tile sits with a block that cannot become resident (where the process has fewer
+// SMs than the device, under MPS or in a green context) would wait for ever, where the blocks of one tile
+// only ever wait for blocks dispatched before them.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "cuda/device.cuh"
+#include "cuda/omega.h"
+#include "cuda/pixel_steps.cuh"
+#include "cuda/tma.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda/wgmma_wide_n.cuh"
+#include "winrs/schedule.h"
+
+namespace winrs::cuda {
+
+inline constexpr int kProducerThreads = 128, kConsumerThreads = 256;
+inline constexpr int kPersistentThreads = kProducerThreads + kConsumerThreads;
+template <Path P>
+using PersistentConfig = WgmmaWideNConfig<P, 4>;  // four buffers of 48 KB
+
+// Writes a consumer thread's accumulators (the wgmma fragment: rows 16 w + lane / 4 (+ 8) of the tile,
+// columns 8 j + 2 (lane % 4) and the next) into the tile's bucket: stores, adds (the residual column's
+// kernel, after the primary one's), or atomic adds into the zeroed dW. Input channels come in 16-byte pieces
+// (the TMA's maps need them), so a pair of columns is in range whole.
+template <int Accumulators>
+__device__ __forceinline__ void write_fragment(const float (&acc)[Accumulators], float* bucket,
+                                               const Problem& p, const WorkTile& work, int warp, int lane,
+                                               bool atomic, bool accumulate) {
+  const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int oc = work.oc0 + 16 * warp + 8 * h + g;
+    if (oc >= out_c) continue;
+    float* row = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + work.ic0 + 2 * t;
+#pragma unroll
+    for (int j = 0; j < Accumulators / 4; ++j) {
+      if (work.ic0 + 8 * j + 2 * t >= in_c) break;
+      float2* dst = reinterpret_cast<float2*>(row + 8 * j);
+      float2 v = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      if (atomic) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(dst, v);  // RED.ADD.F32x2 in L2
+#endif
+      } else {
+        if (accumulate) {
+          const float2 old = __ldcg(dst);
+          v.x += old.x;
+          v.y += old.y;
+        }
+        *dst = v;
+      }
+    }
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(kPersistentThreads, 1)
+    persistent_kernel(const __grid_constant__ OmegaArgs args) {
+  if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_persistent)
+  constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
+  extern __shared__ float4 smem4[];
+  char* base = reinterpret_cast<char*>(smem4);
+  base += (C::smem_align - shared_address(base) % C::smem_align) % C::smem_align;  // room in smem_bytes
+  typename C::Smem* smem = reinterpret_cast<typename C::Smem*>(base);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
+  uint64_t* empty = full + stages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbarrier_init(full + s, 1);                       // the producer's arrival, with the copies' bytes
+      mbarrier_init(empty + s, kConsumerThreads / 32);  // one arrival per consumer warp
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();  // the block's last barrier 0: the producer's other threads leave below
+
+  const Problem& p = args.problem;
+  const SegmentGrid& grid = args.grid;
+  const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM);
+  const long long tiles = scheduler.count();
+  const auto walk_of = [&](const WorkTile& work) {
+    return make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
+  };
+
+  if (threadIdx.x < kProducerThreads) {  // the producer warpgroup: one thread issues
+    lower_registers<40>();
+    if (threadIdx.x != 0) return;
+    int g = 0;  // steps issued by this block
+    for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+      const WorkTile work = scheduler.tile(index);
+      const UnitWalk walk = walk_of(work);
+      const PixelSteps<C> plan(p, work, walk);
+      for (int s = 0; s < plan.steps; ++s, ++g) {
+        const int slot = g % stages;
+        if (g >= stages) mbarrier_wait(empty + slot, (g / stages - 1) & 1);  // its previous step released
+        mbarrier_arrive_expect(full + slot, PixelSteps<C>::step_bytes);
+        plan.issue(args, work, walk, smem + slot * step_elems, full + slot, s);
+      }
+    }
+    return;
+  }
+
+  const int tid = threadIdx.x - kProducerThreads, warp = tid / 32, lane = tid % 32;
+  raise_registers<232>();
+  WgmmaWideNGemm<C> gemm;
+  int g = 0;  // steps consumed by this block
+  for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const WorkTile work = scheduler.tile(index);
+    const int steps = PixelSteps<C>(p, work, walk_of(work)).steps;
+    gemm.init(tid);
+    for (int s = 0; s < steps; ++s, ++g) {
+      mbarrier_wait(full + g % stages, (g / stages) & 1);
+      const typename C::Smem* current = smem + g % stages * step_elems;
+      static_for<0, C::copy_substeps>([&](auto sub) { gemm.run_step(current, decltype(sub)::value); });
+      gemm.template retire<1>();  // the previous step's MMAs are done: its buffer is free
+      if (s > 0 && lane == 0) mbarrier_arrive(empty + (g - 1) % stages);
+      __syncwarp();  // converged again before the next step's .aligned wgmma instructions
+    }
+    gemm.template retire<0>();
+    if (steps > 0 && lane == 0) mbarrier_arrive(empty + (g - 1) % stages);
+    __syncwarp();
+
+    // The tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores).
+    const int bucket_index = grid.bucket_of(work.local);
+    float* bucket = bucket_index == 0 ? args.filter_grad
+                                      : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
+    write_fragment(gemm.acc, bucket, p, work, warp, lane, grid.atomic, args.kernel == 1);
+  }
+}
+
+// Whether the persistent block takes a layer that the 128 x 128 TMA block would: X's 128-channel blocks pair
+// up (no more channels computed and dropped than by two 128-wide blocks), and WINRS_JAX_PERSISTENT is not 0
+// (the 128 x 128 block instead, to compare them).
+inline bool takes_persistent(const Problem& p) {
+  const char* flag = std::getenv("WINRS_JAX_PERSISTENT");
+  return !(flag && flag[0] == '0') && (p.in_c + 127) / 128 % 2 == 0;
+}
+
+// Launches the persistent block on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here
+// (one problem, chains of one link, dW and the workspace 8-byte aligned for the float2 writes, the sm_90a
+// code loaded), with nothing launched; else *result is the launch's status.
+template <class C>
+bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
+  if (mapped.groups != 1 || mapped.semaphore_offset >= 0 || !aligned8(mapped.filter_grad) ||
+      !aligned8(mapped.workspace))
+    return false;
+  auto* kernel = persistent_kernel<C>;
+  cudaFuncAttributes attributes;
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (attributes.binaryVersion != 90) return false;  // the sm_90a code is not the one loaded
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const long long tiles =
+      make_scheduler(mapped.problem, mapped.grid, mapped.kernel, C::n, C::BN, C::BM).count();
+  if (tiles < 1) return false;
+  *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
+  if (*result != cudaSuccess) return true;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(tiles < sms ? tiles : sms));
+  config.blockDim = dim3(kPersistentThreads);
+  config.dynamicSmemBytes = C::smem_bytes;
+  config.stream = stream;
+  *result = cudaLaunchKernelEx(&config, kernel, mapped);
+  return true;
+}
+
+}  // namespace winrs::cuda

@@ -1,0 +1,122 @@
+// The persistent block's 128 x 256 channel tile (wgmma_persistent.cuh; issue 7): each consumer warpgroup
+// multiplies its 64 output channels by 256 input channels in one m64n256k16 per 16-unit K-block, the tile of
+// CUTLASS's fastest Hopper GEMMs: twice the MMA work per instruction as the 128 x 128 block's m64n128k16, and
+// a quarter fewer bytes per FLOP from L2. 128 accumulators per thread, so the consumers raise their register
+// budget (setmaxnreg) while the producer lowers its own. Staged by the TMA (pixel_steps.cuh): a step is dY's
+// two 64-channel panels and X's four, 48 KB, four of them in flight.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/wgmma.cuh"
+
+namespace winrs::cuda {
+
+template <Path P, int Stages>
+struct WgmmaWideNConfig : WgmmaPath<P> {
+  using typename WgmmaPath<P>::Smem;
+
+  static constexpr int n = 1, r = 1;        // the direct kernel's one tap (variant 0)
+  static constexpr int BN = 128, BM = 256;  // output x input channels
+  static constexpr bool tma = true;
+  static constexpr int K = 16, copy_substeps = 4, copy_stages = Stages;
+  static constexpr int copy_units = copy_substeps * K;
+  static constexpr int panel_channels = 128 / int(sizeof(Smem));
+  static constexpr int panel_elems = copy_units * panel_channels;
+  static constexpr int panel_bytes = panel_elems * int(sizeof(Smem));
+  static constexpr int grad_panels = BN / panel_channels, input_panels = BM / panel_channels;
+  static constexpr int input_base = grad_panels * panel_elems;
+  static constexpr int copy_step_elems = (grad_panels + input_panels) * panel_elems;
+  static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
+  static constexpr size_t smem_align = 1024;
+  static constexpr size_t barrier_offset = copy_bytes;
+  static constexpr size_t barrier_bytes = 2 * copy_stages * sizeof(uint64_t);
+  static constexpr size_t smem_bytes = copy_bytes + smem_align + barrier_bytes;
+};
+
+// D (64 x 256, FP32) += A (64 x 16) B (16 x 256), both from shared memory as MN-major operands.
+template <Operand O>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b) {
+#if WINRS_WGMMA_CODE
+#define WINRS_D8(i)                                                                           \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WINRS_D64(i)                                                                                    \
+  WINRS_D8(i), WINRS_D8(i + 8), WINRS_D8(i + 16), WINRS_D8(i + 24), WINRS_D8(i + 32), WINRS_D8(i + 40), \
+      WINRS_D8(i + 48), WINRS_D8(i + 56)
+  // clang-format off
+#define WINRS_WGMMA_N256(TYPES)                                                                            \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " {"                                   \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "    \
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "    \
+      "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "    \
+      "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "    \
+      "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "    \
+      "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, "      \
+      "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "        \
+      "%128, %129, 1, 1, 1, 1, 1;\n"                                                                       \
+      : WINRS_D64(0), WINRS_D64(64)                                                                        \
+      : "l"(a), "l"(b))
+  // clang-format on
+  if constexpr (O == Operand::kBF16) {
+    WINRS_WGMMA_N256("bf16.bf16");
+  } else {
+    WINRS_WGMMA_N256("f16.f16");
+  }
+#undef WINRS_WGMMA_N256
+#undef WINRS_D64
+#undef WINRS_D8
+#endif
+}
+
+// Register budgets of the persistent block's warpgroups (setmaxnreg; all of a warpgroup's warps together):
+// the producer gives registers back, the consumers take them, within the block's 64K.
+template <int Registers>
+__device__ __forceinline__ void lower_registers() {
+#if WINRS_WGMMA_CODE
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+#endif
+}
+template <int Registers>
+__device__ __forceinline__ void raise_registers() {
+#if WINRS_WGMMA_CODE
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+#endif
+}
+
+// The GEMM policy of WgmmaWideNConfig: consumer warpgroup g accumulates output channels 64 g .. 64 g + 63 by
+// all 256 input channels; consumer warp w holds rows 16 w .. 16 w + 15 (WgmmaGemm's fragment, 32 column
+// groups of 8).
+template <class C>
+struct WgmmaWideNGemm {
+  using Smem = typename C::Smem;
+  static constexpr int accumulators = 128;
+  int warp, lane;
+  float acc[accumulators];
+
+  __device__ void init(int tid) {
+    warp = tid / 32;
+    lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < accumulators; ++i) acc[i] = 0.0f;
+  }
+
+  __device__ void run_step(const Smem* step, int sub) {
+    if (sub == 0) wgmma_fence();
+    const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
+    const Smem* b = step + C::input_base + sub * C::K * C::panel_channels;
+    constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
+    wgmma_m64n256k16<C::operand>(acc, wgmma_descriptor(a, C::panel_bytes, sbo),
+                                 wgmma_descriptor(b, C::panel_bytes, sbo));
+    if (sub == C::copy_substeps - 1) wgmma_commit();
+  }
+
+  template <int Pending>
+  __device__ void retire() {
+    wgmma_wait<Pending>();
+#pragma unroll
+    for (int i = 0; i < accumulators; ++i) pin_register(acc[i]);
+  }
+};
+
+}  // namespace winrs::cuda
