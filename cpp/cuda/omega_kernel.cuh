@@ -404,12 +404,7 @@ template <class C>
 bool runs_wgmma() {
 #if defined(WINRS_WGMMA_BUILT)
   if (const char* flag = std::getenv("WINRS_JAX_WGMMA"); flag && flag[0] == '0') return false;
-  cudaFuncAttributes attributes;
-  if (cudaFuncGetAttributes(&attributes, omega_kernel<C>) != cudaSuccess) {
-    (void)cudaGetLastError();  // no usable image here: the mma.sync kernel runs instead
-    return false;
-  }
-  return attributes.binaryVersion == 90;
+  return loads_sm90a(reinterpret_cast<const void*>(omega_kernel<C>));  // else the mma.sync kernel runs
 #else
   return false;
 #endif

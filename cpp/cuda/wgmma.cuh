@@ -27,6 +27,17 @@ namespace winrs::cuda {
 #define WINRS_WGMMA_CODE 0
 #endif
 
+// Host: whether the device loaded the sm_90a code of `kernel` (binaryVersion 90 on compute capability 9.0),
+// the only code in which the wgmma kernels have bodies.
+inline bool loads_sm90a(const void* kernel) {
+  cudaFuncAttributes attributes;
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();  // no usable image here
+    return false;
+  }
+  return attributes.binaryVersion == 90;
+}
+
 // What every configuration of the direct kernel on wgmma shares: variant 0 on a 16-bit path.
 template <Path P>
 struct WgmmaPath {

@@ -166,12 +166,7 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
       !aligned8(mapped.workspace))
     return false;
   auto* kernel = persistent_kernel<C>;
-  cudaFuncAttributes attributes;
-  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (attributes.binaryVersion != 90) return false;  // the sm_90a code is not the one loaded
+  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
