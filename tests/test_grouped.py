@@ -45,6 +45,11 @@ CASES = [
     ((2, 12, 13, 16), (3, 3), 2, 4, (2, 1), ((1, 1), (1, 1)), (1, 1)),  # 4 groups of 4 -> 8
     ((2, 9, 10, 24), (2, 5), 1, 3, (1, 1), ((0, 1), (2, 2)), (1, 1)),  # 3 groups of 8 (the widest direct)
     ((2, 7, 9, 40), (3, 3), 1, 40, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # 40 channels: a part-filled warp
+    ((2, 9, 11, 130), (3, 3), 1, 130, (1, 1), ((1, 1), (0, 2)), (1, 1)),  # 130: a second block of one lane
+    # Maps wider than 24 columns: the GPU's streaming kernel (rows in tiles of 16, the last column part-filled)
+    ((2, 20, 30, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((2, 17, 26, 96), (4, 4), 1, 96, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # 4x4, uneven padding, 1.5 warps
+    ((1, 19, 27, 66), (5, 5), 1, 66, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # 5x5, a second block of one lane
 ]
 
 
@@ -159,6 +164,28 @@ def test_plan_printout_names_the_direct_kernels():
     assert (
         f"split into {plan.splits} parts" in text and plan.workspace_bytes == 4 * (plan.splits - 1) * 64 * 49
     )
+
+
+@pytest.mark.parametrize(
+    "dtype, channels, multiplier, groups, streams",
+    [
+        (jnp.bfloat16, 64, 1, 64, True),  # depthwise: two channels per thread, a warp's worth
+        (jnp.float32, 33, 1, 33, True),  # one per thread: any channel count from a warp's
+        (jnp.bfloat16, 32, 1, 32, False),  # half a warp's lanes would idle
+        (jnp.float16, 65, 1, 65, False),  # an odd channel count splits a thread's pair
+        (jnp.bfloat16, 64, 2, 64, False),  # multiplier 2: two output channels meet one input channel
+        (jnp.float32, 64, 1, 16, False),  # groups of 4 channels
+    ],
+)
+def test_depthwise_layers_stream_on_the_gpu(dtype, channels, multiplier, groups, streams, monkeypatch):
+    """Which direct layers the GPU runs on the streaming kernel, and the printout saying so."""
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)  # groups of 4 stay direct
+    x = jax.ShapeDtypeStruct((16, 28, 28, channels), dtype)
+    w = jax.ShapeDtypeStruct((3, 3, channels // groups, channels * multiplier), dtype)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=groups,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.method == "direct" and plan.streams == streams
+    assert ("read straight from memory on the GPU" in str(plan)) == streams
 
 
 def test_wide_groups_stay_on_winrs_gemms(rng):

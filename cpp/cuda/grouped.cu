@@ -9,6 +9,7 @@
 #include "cuda/omega.h"
 #include "winrs/grouped.h"
 #include "winrs/reduction.h"
+#include "winrs/tile.h"
 
 namespace winrs::cuda {
 namespace {
@@ -224,6 +225,142 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
   grouped_store<TW>(p, t, acc, out);
 }
 
+// A thread's channels of one pixel: one 4-byte word (winrs/grouped.h, kStreamBytes), unpacked to floats.
+template <typename T>
+using StreamSums = ChannelSums<stream_channels(sizeof(T))>;
+__device__ __forceinline__ StreamSums<float> unpack_stream(uint32_t bits, float) {
+  return {{__uint_as_float(bits)}};
+}
+__device__ __forceinline__ StreamSums<__nv_bfloat16> unpack_stream(uint32_t bits, __nv_bfloat16) {
+  return {{__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u)}};
+}
+__device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __half) {
+  __half2 pair;
+  memcpy(&pair, &bits, 4);
+  const float2 f = __half22float2(pair);
+  return {{f.x, f.y}};
+}
+
+// Its lanes hold the filter's X rows and twice the staging kernels' sums (16-bit: two channels).
+template <int TW>
+constexpr int kStreamingMinBlocks = TW <= 4 ? 3 : 2;
+
+// The streaming kernel (depthwise layers, plan.streams): the blocks, tiles and warps of grouped_kernel, each
+// warp a column of 8 outputs of its tiles (plan: 4 per row, so for_slot_chunks gives warp `slot` column
+// `slot`, rows in order), each lane V consecutive channels read straight from memory (a warp's load is one
+// 128-byte line). Walking down the column, a lane keeps the filter's TH X rows in registers, so that each X
+// row and dY row is loaded once per tile, and loads the next output row's while it adds the current one.
+// Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
+template <typename T, int TW>
+__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlocks<TW>)
+    grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
+                             const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
+                             long long grad_stride) {
+  constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk, U = C + TW - 1;
+  using Sums = StreamSums<T>;
+  extern __shared__ float4 smem4[];
+  const int lane = threadIdx.x, slot = threadIdx.y;
+  const int64_t k = (int64_t(blockIdx.x) * kGroupedLanes + lane) * V;  // this lane's first channel
+  const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
+  const bool active = k < p.out_c;
+  const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
+  x += problem * input_stride + t.k;  // depthwise: X channel k meets dY channel k
+  dy += problem * grad_stride + t.k;
+  const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
+  const int out_h = int(p.out_h), out_w = int(p.out_w), out_c = int(p.out_c);
+  const int c0 = slot * C;
+  Sums acc[TH][TW] = {};
+  for (int64_t tile = plan.first_tile(split); active && tile < plan.first_tile(split + 1); ++tile) {
+    const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+    const int ih0 = int(o.ih), iw0 = int(o.iw) + c0, oh0 = int(o.oh), ow0 = int(o.ow) + c0;
+    if (ow0 >= out_w) continue;  // a column past the output (for_slot_chunks skips it)
+    const int rows = min(int(plan.out_rows), out_h - oh0);
+    uint32_t x_inside = 0, g_inside = 0;  // which of the column's X and dY pixels lie in the arrays
+#pragma unroll
+    for (int u = 0; u < U; ++u) x_inside |= uint32_t(iw0 + u >= 0 && iw0 + u < in_w) << u;
+#pragma unroll
+    for (int i = 0; i < C; ++i) g_inside |= uint32_t(ow0 + i < out_w) << i;
+    // Offsets within one image, in 32 bits (the planner keeps an image under 2^31 elements).
+    const T* const image_x = x + o.n * p.in_h * p.in_w * p.in_c;
+    const T* const image_g = dy + o.n * p.out_h * p.out_w * p.out_c;
+    auto load_x = [&](int row, uint32_t (&w)[U]) {  // X row ih0 + row of the column's window, zeros outside
+      const bool row_inside = unsigned(ih0 + row) < unsigned(in_h);
+      const T* at = image_x + ((ih0 + row) * in_w + iw0) * in_c;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        w[u] =
+            row_inside && (x_inside >> u & 1) ? __ldg(reinterpret_cast<const uint32_t*>(at + u * in_c)) : 0u;
+    };
+    auto load_g = [&](int row, uint32_t (&g)[C]) {
+      const T* at = image_g + ((oh0 + row) * out_w + ow0) * out_c;
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+        g[i] = g_inside >> i & 1 ? __ldg(reinterpret_cast<const uint32_t*>(at + i * out_c)) : 0u;
+    };
+    uint32_t ring[TH][U], next_x[U], next_g[C];  // X row r + a in ring[(r + a) % TH]
+#pragma unroll
+    for (int a = 0; a + 1 < TH; ++a) load_x(a, ring[a]);
+    load_x(TH - 1, next_x);
+    load_g(0, next_g);
+    for (int r0 = 0; r0 < rows; r0 += TH) {
+      static_for<0, TH>([&](auto step) {
+        constexpr int s = decltype(step)::value;
+        const int r = r0 + s;
+        if (r >= rows) return;
+        Sums g[C];
+#pragma unroll
+        for (int u = 0; u < U; ++u) ring[(s + TH - 1) % TH][u] = next_x[u];
+#pragma unroll
+        for (int i = 0; i < C; ++i) g[i] = unpack_stream(next_g[i], T{});
+        if (r + 1 < rows) {  // the next row's loads, in flight while this row's products are added
+          load_x(r + TH, next_x);
+          load_g(r + 1, next_g);
+        }
+#pragma unroll
+        for (int a = 0; a < TH; ++a) {
+          Sums w[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) w[u] = unpack_stream(ring[(s + a) % TH][u], T{});
+          grouped_row_products<TW>(w, g, acc[a]);
+        }
+      });
+    }
+  }
+  // The warps' partial taps, added in the CPU executor's order, then stored channel by channel.
+  float* const partial = reinterpret_cast<float*>(smem4);  // (kGroupedSlots - 1) x TH x TW x V x lanes
+  auto at = [&](int s, int r, int j, int v) {
+    return (((s * TH + r) * TW + j) * V + v) * kGroupedLanes + lane;
+  };
+  if (slot > 0) {
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int j = 0; j < TW; ++j)
+#pragma unroll
+        for (int v = 0; v < V; ++v) partial[at(slot - 1, r, j, v)] = acc[r][j].v[v];
+  }
+  __syncthreads();
+  if (slot != 0 || !active) return;
+  const int64_t dw_elems = p.filter_elems();
+  float* out = split == 0 ? dw + problem * dw_elems
+                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    float sums[TH][TW];
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int j = 0; j < TW; ++j) {
+        sums[r][j] = acc[r][j].v[v];
+#pragma unroll
+        for (int s = 0; s < kGroupedSlots - 1; ++s) sums[r][j] += partial[at(s, r, j, v)];
+      }
+    GroupedTask channel = t;
+    channel.k += v;
+    grouped_store<TW>(p, channel, sums, out);
+  }
+}
+
 // dW = the compensated sum of the splits (winrs/reduction.h), Lanes threads per element, for every stacked
 // problem; the CPU executor adds them in the same lanes and tree.
 template <int Lanes>
@@ -278,22 +415,35 @@ bool pipelines(const GroupedOp& op, const void* input, const void* out_grad) {
   }
 }
 
+// The streaming kernel reads 4-byte words: its plans' X and dY must be 4-byte aligned (XLA's buffers are).
+bool stream_aligned(const void* input, const void* out_grad) {
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kStreamBytes == 0; };
+  return aligned(input) && aligned(out_grad);
+}
+
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
 template <typename T>
 cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
                            float* workspace, long long first, long long count, cudaStream_t stream) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
-  const bool pipelined = pipelines<T>(op, input, out_grad);
+  const bool streaming = plan.streams;
+  const bool pipelined = !streaming && pipelines<T>(op, input, out_grad);
   return dispatch_grouped(p, plan, [&](auto tile_w, auto unit) {
+    constexpr int TW = decltype(tile_w)::value;
+    constexpr bool U = decltype(unit)::value;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(plan.channel_blocks), unsigned(plan.units), unsigned(count * plan.splits));
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
-    config.dynamicSmemBytes = size_t(plan.smem_bytes);  // one float32 tile, or two 16-bit ones
+    config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
-    constexpr int TW = decltype(tile_w)::value;
-    constexpr bool U = decltype(unit)::value;
-    auto* kernel = pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
+    void (*kernel)(GroupedProblem, GroupedPlan, const T*, const T*, float*, float*, long long, long long) =
+        pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
+    if constexpr (U && streamable_tile(TW)) {
+      if (streaming) kernel = grouped_streaming_kernel<T, TW>;
+    } else if (streaming) {
+      return cudaErrorInvalidValue;  // the planner streams unit columns and streamable tiles only
+    }
     return cudaLaunchKernelEx(
         &config, kernel, p, plan, static_cast<const T*>(input) + first * op.input_stride,
         static_cast<const T*>(out_grad) + first * op.grad_stride, filter_grad + first * p.filter_elems(),
@@ -319,6 +469,10 @@ cudaError_t launch_all(const GroupedOp& op, const void* input, const void* out_g
 cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
                         float* workspace, cudaStream_t stream, const char** stage) {
   *stage = "grouped kernel launch";
+  if (op.plan.streams && !stream_aligned(input, out_grad)) {
+    *stage = "grouped kernel launch (the streaming kernel needs 4-byte aligned X and dY)";
+    return cudaErrorMisalignedAddress;
+  }
   cudaError_t e = cudaSuccess;
   switch (path_info(op.plan.path).storage) {
     case Storage::kBF16:

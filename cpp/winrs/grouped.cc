@@ -65,7 +65,6 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tiles_h = ceil_div(p.filter_h, plan.tile_h);
   plan.units = plan.tiles_h * plan.tiles_w * p.group_c;
   if (plan.units > kMaxGrid) return "too many filter taps and input channels per group for one launch";
-  plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes);
 
   // Spatial tiles: 4 output rows x 32 columns (1D layers: 1 x 64), fewer where the staged window would not
   // fit kGroupedMaxSmemBytes.
@@ -85,6 +84,23 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   while (!fit() && plan.out_rows > 1) plan.out_rows = (plan.out_rows + 1) / 2;
   while (!fit() && plan.out_cols > kGroupedChunk) plan.out_cols -= kGroupedChunk;
   if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
+  // The streaming kernel (grouped.h): depthwise layers of one output channel per input channel, at least a
+  // warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel); stride and dilation
+  // 1; the whole filter in one tap tile of 3x3 to 5x5 (its rows in registers); every warp a column of 8
+  // outputs (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
+  // filter's first rows are read again at each tile.
+  const int64_t per_thread = stream_channels(storage_bytes(options.path));
+  plan.streams = p.group_c == 1 && p.out_c == p.groups && p.out_c % per_thread == 0 &&
+                 p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
+                 p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
+                 streamable_tile(plan.tile_w) && plan.out_cols == kGroupedChunk * kGroupedSlots &&
+                 (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax && p.out_h * p.out_w * p.out_c <= kIntMax;
+  if (plan.streams) {
+    plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
+    plan.x_rows = plan.out_rows + p.filter_h - 1;
+    plan.smem_bytes = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * kGroupedLanes * 4;
+  }
+  plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
   plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);
   plan.tiles_ow = ceil_div(p.out_w, plan.out_cols);
   plan.tiles = p.batch * plan.tiles_oh * plan.tiles_ow;

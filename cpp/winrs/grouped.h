@@ -47,13 +47,25 @@ WINRS_HD constexpr int grouped_tile_rows(int tile_w) {
 inline constexpr int kGroupedLanes = 32, kGroupedSlots = 4;
 inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
+// The streaming CUDA kernel (depthwise layers of one output channel per input channel, no staging): a thread
+// takes kStreamBytes / sizeof(storage) consecutive channels, loaded together straight from memory, so that a
+// warp's load is one 128-byte line of a pixel's channels; a warp walks a column of 8 outputs down tiles of
+// kStreamRows rows, each X and dY row loaded once per tile.
+inline constexpr int kStreamBytes = 4, kStreamRows = 16;
+WINRS_HD constexpr int stream_channels(int storage_bytes) { return kStreamBytes / storage_bytes; }
+// Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's X rows and sums in registers).
+WINRS_HD constexpr bool streamable_tile(int tile_w) {
+  return tile_w >= 3 && tile_w <= 5 && grouped_tile_rows(tile_w) == tile_w;
+}
+
 // Plain numbers only: the kernel takes it by value.
 struct GroupedPlan {
   Path path = Path::kFp32;     // storage type of X and dY; the arithmetic is always FP32 FMA
   int tile_w = 0, tile_h = 0;  // taps per thread (the kernel instance: tile_w)
   int64_t tiles_h = 0, tiles_w = 0;
   int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
-  int64_t channel_blocks = 0;  // ceil(K / kGroupedLanes)
+  bool streams = false;        // the GPU runs the streaming kernel (above)
+  int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
   // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) meet x_rows x x_cols
   // inputs; tiles_oh x tiles_ow of them per image, `tiles` in all.
   int64_t out_rows = 0, out_cols = 0, x_rows = 0, x_cols = 0;
@@ -61,7 +73,8 @@ struct GroupedPlan {
   int64_t splits = 0;  // the tiles are split into this many ranges, each its own partial dW: the first is dW
                        // itself, the others the workspace, added at the end (reduction.h)
   int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|
-  int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels
+  int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels (the
+                                // streaming kernel: its warps' partial taps)
   double predicted_seconds = 0;
 
   WINRS_HD int64_t chunks_per_tile() const { return out_rows * (out_cols / kGroupedChunk); }
@@ -130,14 +143,39 @@ WINRS_HD inline GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, c
           ow * p.stride_w + t.kw0 * p.dilation_w - p.pad_left};
 }
 
+// The sums of V consecutive output channels, each as one float would be summed.
+template <int V>
+struct ChannelSums {
+  float v[V];
+};
+WINRS_HD inline void fma_into(float& acc, float x, float g) { acc = fmaf(x, g, acc); }
+template <int V>
+WINRS_HD void fma_into(ChannelSums<V>& acc, const ChannelSums<V>& x, const ChannelSums<V>& g) {
+  WINRS_UNROLL
+  for (int i = 0; i < V; ++i) acc.v[i] = fmaf(x.v[i], g.v[i], acc.v[i]);
+}
+
+// One filter row's taps over one chunk at unit column stride and dilation: tap j meets X column q C + i + j
+// (w[i + j]) with dY column q C + i (g[i]), added in order of i.
+template <int TW, typename Value>
+WINRS_HD void grouped_row_products(const Value (&w)[kGroupedChunk + TW - 1], const Value (&g)[kGroupedChunk],
+                                   Value (&acc)[TW]) {
+  WINRS_UNROLL
+  for (int j = 0; j < TW; ++j) {
+    WINRS_UNROLL
+    for (int i = 0; i < kGroupedChunk; ++i) fma_into(acc[j], w[i + j], g[i]);
+  }
+}
+
 // Adds to acc the products of one column chunk of a spatial tile: output row r and columns q C .. q C + C - 1
 // of the tile, with every tap of task t. x_at(row, col) reads the tile's X window and g_at(row, col) its dY,
-// both zero outside the arrays; the CPU reads memory, the kernel shared memory.
-template <int TW, bool kUnitColumns, typename XAt, typename GAt>
+// both zero outside the arrays; the CPU reads memory, the staging kernels shared memory, the streaming kernel
+// memory (Value: float, or ChannelSums for its channels).
+template <int TW, bool kUnitColumns, typename Value, typename XAt, typename GAt>
 WINRS_HD void grouped_chunk(const GroupedProblem& p, const GroupedTask& t, int64_t r, int64_t q,
-                            const XAt& x_at, const GAt& g_at, float (&acc)[grouped_tile_rows(TW)][TW]) {
+                            const XAt& x_at, const GAt& g_at, Value (&acc)[grouped_tile_rows(TW)][TW]) {
   constexpr int TH = grouped_tile_rows(TW), C = kGroupedChunk, U = C + TW - 1;
-  float g[C];
+  Value g[C];
   WINRS_UNROLL
   for (int i = 0; i < C; ++i) g[i] = g_at(r, q * C + i);
   WINRS_UNROLL
@@ -145,34 +183,31 @@ WINRS_HD void grouped_chunk(const GroupedProblem& p, const GroupedTask& t, int64
     if (a >= t.taps_h) break;
     const int64_t row = r * p.stride_h + a * p.dilation_h;
     if constexpr (kUnitColumns) {
-      float w[U];  // tap j meets X column q C + i + j with dY column q C + i
+      Value w[U];
       WINRS_UNROLL
       for (int u = 0; u < U; ++u) w[u] = x_at(row, q * C + u);
-      WINRS_UNROLL
-      for (int j = 0; j < TW; ++j) {
-        WINRS_UNROLL
-        for (int i = 0; i < C; ++i) acc[a][j] = fmaf(w[i + j], g[i], acc[a][j]);
-      }
+      grouped_row_products(w, g, acc[a]);
     } else {
       WINRS_UNROLL
       for (int j = 0; j < TW; ++j) {
         WINRS_UNROLL
         for (int i = 0; i < C; ++i)
-          acc[a][j] = fmaf(x_at(row, (q * C + i) * p.stride_w + j * p.dilation_w), g[i], acc[a][j]);
+          fma_into(acc[a][j], x_at(row, (q * C + i) * p.stride_w + j * p.dilation_w), g[i]);
       }
     }
   }
 }
 
 // The chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ..., skipping
-// those wholly outside the output.
+// those wholly outside the output (row and column stepped, not divided: the kernels call it per chunk).
 template <typename F>
 WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, const GroupedTileOrigin& o,
                               int slot, F&& f) {
-  const int64_t per_row = plan.out_cols / kGroupedChunk;
-  for (int64_t m = slot; m < plan.chunks_per_tile(); m += kGroupedSlots) {
-    const int64_t r = m / per_row, q = m % per_row;
-    if (o.oh + r < p.out_h && o.ow + q * kGroupedChunk < p.out_w) f(r, q);
+  const int per_row = int(plan.out_cols / kGroupedChunk), rows = int(plan.out_rows);
+  int r = slot / per_row, q = slot % per_row;
+  for (; r < rows; q += kGroupedSlots) {
+    while (q >= per_row) q -= per_row, ++r;
+    if (r < rows && o.oh + r < p.out_h && o.ow + q * kGroupedChunk < p.out_w) f(r, q);
   }
 }
 

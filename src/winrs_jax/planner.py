@@ -229,7 +229,11 @@ class Plan:
     # the end. channels then hold one group's (input, output) channels.
     method: str = "winrs"
     tile: tuple[int, int] = (0, 0)
-    spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns staged per step (shared memory on the GPU)
+    spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns summed per step
+    # Direct depthwise layers of one output channel per input channel: the GPU's threads read their channels
+    # straight from memory (two 16-bit or one float32 per thread); other direct layers stage each spatial
+    # tile in shared memory first.
+    streams: bool = False
     splits: int = 0
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
@@ -419,8 +423,11 @@ class Plan:
             f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
             f"as XLA's {self.reference} arithmetic",
             f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
-            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time (staged in shared memory on the GPU); "
-            f"the sum is split into {self.splits} parts",
+            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time ("
+            + ("read straight from memory on the GPU, "
+               + ("two channels per thread" if PATH_DTYPES[self.path].itemsize == 2 else "one channel per thread")
+               if self.streams else "staged in shared memory on the GPU")
+            + f"); the sum is split into {self.splits} parts",
             f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
             "the parts are added with compensation)",
         ])  # fmt: skip
@@ -794,6 +801,7 @@ def plan_grouped(
         sm_count=sm_count, forced_segments=options.segments or 0, workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
         method="direct", tile=raw["tile"], spatial_tile=raw["spatial_tile"], splits=raw["splits"],
+        streams=raw["streams"],
     )  # fmt: skip
 
 
