@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -36,6 +36,10 @@ for stage in "$@"; do
       # The 128 x 128 TMA block where the persistent 128 x 256 one runs by default.
       WINRS_JAX_PERSISTENT=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-one-tile.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-one-tile.log" | tail -30 ;;
+    l2-bandwidth)
+      # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
+      nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \
+        && /tmp/l2_bandwidth | tee "$OUT/l2-bandwidth.jsonl" ;;
     probe)
       # The wgmma descriptor properties that the filter-row tile's wgmma MMA relies on (tools/wgmma_probe.cu).
       nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \
