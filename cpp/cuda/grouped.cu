@@ -399,6 +399,8 @@ cudaError_t launch_split_sum(const GroupedOp& op, float* filter_grad, const floa
                                           op.problem.filter_elems(), op.plan.splits);
 }
 
+bool aligned_to(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
 // Whether the pipelined 16-bit kernel can run: a depthwise layer (one input channel per group, as many output
 // channels) whose X and dY come in 16-byte channel runs at 16-byte aligned addresses, in every stacked
 // problem.
@@ -409,16 +411,15 @@ bool pipelines(const GroupedOp& op, const void* input, const void* out_grad) {
   } else {
     constexpr long long V = 16 / sizeof(T);
     const GroupedProblem& p = op.problem;
-    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    return p.group_c == 1 && p.out_c == p.groups && p.in_c % V == 0 && p.out_c % V == 0 && aligned(input) &&
-           aligned(out_grad) && op.input_stride % V == 0 && op.grad_stride % V == 0;
+    return p.group_c == 1 && p.out_c == p.groups && p.in_c % V == 0 && p.out_c % V == 0 &&
+           aligned_to(input, 16) && aligned_to(out_grad, 16) && op.input_stride % V == 0 &&
+           op.grad_stride % V == 0;
   }
 }
 
 // The streaming kernel reads 4-byte words: its plans' X and dY must be 4-byte aligned (XLA's buffers are).
 bool stream_aligned(const void* input, const void* out_grad) {
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kStreamBytes == 0; };
-  return aligned(input) && aligned(out_grad);
+  return aligned_to(input, kStreamBytes) && aligned_to(out_grad, kStreamBytes);
 }
 
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
