@@ -293,8 +293,9 @@ def test_handler_errors_on_gpu():
 def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng, monkeypatch):
     """The CUDA kernels sum the same tasks, splits and warps in the same order as the CPU executor (depthwise
     cases of a warp's channels on maps wider than 24 columns by the streaming kernel, other 16-bit depthwise
-    cases with 16-byte channel runs by the pipelined one). Groups of 2 to 16 channels would run as the dense layer (test_dense_grouped_layers_on_the_gpu): turned off, as the direct kernels still take them
-    where there are many groups."""
+    cases with 16-byte channel runs by the pipelined one). Groups of 2 to 16 channels would run as the dense
+    layer (test_dense_grouped_layers_on_the_gpu): turned off, as the direct kernels still take them where there
+    are many groups."""
     monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
     x_shape, filter_hw, multiplier, groups, strides, pads, dilation = GROUPED_CASES[case]
     w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)

@@ -415,6 +415,9 @@ class Plan:
         (c, k), g, (th, tw) = self.channels, self.groups, self.tile
         geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
             f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
+        per_thread = "two channels" if PATH_DTYPES[self.path].itemsize == 2 else "one channel"
+        reads = (f"read straight from memory on the GPU, {per_thread} per thread" if self.streams
+                 else "staged in shared memory on the GPU")  # fmt: skip
         return "\n".join([
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
@@ -423,11 +426,8 @@ class Plan:
             f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
             f"as XLA's {self.reference} arithmetic",
             f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
-            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time ("
-            + ("read straight from memory on the GPU, "
-               + ("two channels per thread" if PATH_DTYPES[self.path].itemsize == 2 else "one channel per thread")
-               if self.streams else "staged in shared memory on the GPU")
-            + f"); the sum is split into {self.splits} parts",
+            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time ({reads}); the sum is split into "
+            f"{self.splits} parts",
             f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
             "the parts are added with compensation)",
         ])  # fmt: skip
