@@ -49,7 +49,7 @@ CASES = [
     # Maps wider than 24 columns: the GPU's streaming kernel (rows in tiles of 16, the last column part-filled)
     ((2, 20, 30, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
     ((2, 17, 26, 96), (4, 4), 1, 96, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # 4x4, uneven padding, 1.5 warps
-    ((1, 19, 27, 66), (5, 5), 1, 66, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # 5x5, a second block of one lane
+    ((1, 19, 27, 72), (5, 5), 1, 72, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # 5x5, a second block of 8 channels
 ]
 
 
@@ -170,9 +170,10 @@ def test_plan_printout_names_the_direct_kernels():
     "dtype, channels, multiplier, groups, streams",
     [
         (jnp.bfloat16, 64, 1, 64, True),  # depthwise: two channels per thread, a warp's worth
-        (jnp.float32, 33, 1, 33, True),  # one per thread: any channel count from a warp's
+        (jnp.float32, 36, 1, 36, True),  # one per thread: from a warp's channels, in runs of 4 (16 bytes)
+        (jnp.float32, 33, 1, 33, False),  # runs of 16 bytes would split a pixel's channels
         (jnp.bfloat16, 32, 1, 32, False),  # half a warp's lanes would idle
-        (jnp.float16, 65, 1, 65, False),  # an odd channel count splits a thread's pair
+        (jnp.float16, 68, 1, 68, False),  # 16-bit runs of 8 channels would split a pixel's channels
         (jnp.bfloat16, 64, 2, 64, False),  # multiplier 2: two output channels meet one input channel
         (jnp.float32, 64, 1, 16, False),  # groups of 4 channels
     ],
@@ -185,7 +186,7 @@ def test_depthwise_layers_stream_on_the_gpu(dtype, channels, multiplier, groups,
     plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=groups,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.method == "direct" and plan.streams == streams
-    assert ("read straight from memory on the GPU" in str(plan)) == streams
+    assert ("streamed row by row through shared memory" in str(plan)) == streams
 
 
 def test_wide_groups_stay_on_winrs_gemms(rng):

@@ -241,91 +241,123 @@ __device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __hal
   return {{f.x, f.y}};
 }
 
-// Its lanes hold the filter's X rows and twice the staging kernels' sums (16-bit: two channels).
+// Resident blocks per SM its registers must allow (the ring's shared memory allows 3 to 5).
 template <int TW>
-constexpr int kStreamingMinBlocks = TW <= 4 ? 3 : 2;
+constexpr int kStreamingMinBlocks = TW <= 4 ? 4 : 3;
 
 // The streaming kernel (depthwise layers, plan.streams): the blocks, tiles and warps of grouped_kernel, each
 // warp a column of 8 outputs of its tiles (plan: 4 per row, so for_slot_chunks gives warp `slot` column
-// `slot`, rows in order), each lane V consecutive channels read straight from memory (a warp's load is one
-// 128-byte line). Walking down the column, a lane keeps the filter's TH X rows in registers, so that each X
-// row and dY row is loaded once per tile, and loads the next output row's while it adds the current one.
-// Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
+// `slot`, rows in order), each lane V consecutive channels (one 4-byte word of a pixel). The block walks its
+// tiles row by row through a ring of stream_ring_rows(TH) X rows and dY rows in shared memory, copied by
+// cp.async kStreamDepth - 1 rows ahead of the row its warps add (the loads straight from memory this kernel
+// made before kept one row in flight per lane: latency bound at 28% of issue slots). Each tap adds the chunks
+// in grouped_chunk's order: the sums are the CPU executor's.
 template <typename T, int TW>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlocks<TW>)
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
                              long long grad_stride) {
-  constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk, U = C + TW - 1;
+  constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
+  constexpr int kRing = stream_ring_rows(TH), kDepth = kStreamDepth;
+  // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
+  constexpr int kPieceChannels = 16 / sizeof(T), kPieces = kGroupedLanes * kStreamBytes / 16;
   using Sums = StreamSums<T>;
   extern __shared__ float4 smem4[];
-  const int lane = threadIdx.x, slot = threadIdx.y;
-  const int64_t k = (int64_t(blockIdx.x) * kGroupedLanes + lane) * V;  // this lane's first channel
+  const int lane = threadIdx.x, slot = threadIdx.y, thread = slot * kGroupedLanes + lane;
+  const int k0 = int(blockIdx.x) * kGroupedLanes * V;  // the block's first channel
+  const int64_t k = k0 + lane * V;                    // this lane's first channel
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
   const bool active = k < p.out_c;
   const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
-  x += problem * input_stride + t.k;  // depthwise: X channel k meets dY channel k
-  dy += problem * grad_stride + t.k;
+  x += problem * input_stride;
+  dy += problem * grad_stride;
   const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
   const int out_h = int(p.out_h), out_w = int(p.out_w), out_c = int(p.out_c);
-  const int c0 = slot * C;
-  Sums acc[TH][TW] = {};
-  for (int64_t tile = plan.first_tile(split); active && tile < plan.first_tile(split + 1); ++tile) {
+  const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols), c0 = slot * C;
+  // Ring row s: X row at ring_x + s x_cols lanes words, dY row at ring_g + s out_cols lanes words (a pixel's
+  // words lane-major, so that a warp's reads of a pixel hit 32 banks).
+  uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
+  uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;
+
+  // A tile's rows go through the ring as rows + TH - 1 stages: stage j copies X row j of the tile's window
+  // and, from j = TH - 1 on, dY row j - TH + 1, which the warps then add with X rows j - TH + 1 .. j.
+  struct Tile {
+    int ih0, iw0, oh0, ow0, rows;
+    const T *image_x, *image_g;  // offsets within one image fit 32 bits (the planner checks)
+  };
+  auto tile_at = [&](int64_t tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
-    const int ih0 = int(o.ih), iw0 = int(o.iw) + c0, oh0 = int(o.oh), ow0 = int(o.ow) + c0;
-    if (ow0 >= out_w) continue;  // a column past the output (for_slot_chunks skips it)
-    const int rows = min(int(plan.out_rows), out_h - oh0);
-    uint32_t x_inside = 0, g_inside = 0;  // which of the column's X and dY pixels lie in the arrays
+    return Tile{int(o.ih), int(o.iw), int(o.oh), int(o.ow), min(int(plan.out_rows), out_h - int(o.oh)),
+                x + o.n * p.in_h * p.in_w * p.in_c + k0, dy + o.n * p.out_h * p.out_w * p.out_c + k0};
+  };
+  auto copy_row = [&](uint32_t* dst, int pixels, bool row_inside, int col0, int width, const T* row_base,
+                      int pitch) {
+    for (int i = thread; i < pixels * kPieces; i += kGroupedLanes * kGroupedSlots) {
+      const int pixel = i / kPieces, part = i % kPieces, col = col0 + pixel;
+      const bool inside =
+          row_inside && unsigned(col) < unsigned(width) && k0 + part * kPieceChannels < out_c;
+      cp_async_16(dst + pixel * kGroupedLanes + part * (16 / 4),
+                  inside ? row_base + col * pitch + part * kPieceChannels : x, inside);
+    }
+  };
+  auto issue = [&](const Tile& tile, int j, int ring_row) {
+    const int ih = tile.ih0 + j;
+    copy_row(ring_x + ring_row * x_cols * kGroupedLanes, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
+             tile.image_x + ih * in_w * in_c, in_c);
+    if (j >= TH - 1) {
+      const int oh = tile.oh0 + j - (TH - 1);
+      copy_row(ring_g + ring_row * out_cols * kGroupedLanes, out_cols, true, tile.ow0, out_w,
+               tile.image_g + oh * out_w * out_c, out_c);
+    }
+  };
+
+  const int64_t first = plan.first_tile(split), last = plan.first_tile(split + 1);
+  // The copying cursor runs kDepth - 1 stages ahead of the adding one, across tiles.
+  int64_t copy_tile = first;
+  int copy_j = 0, copy_ring = 0;
+  Tile copying = tile_at(first < last ? first : 0);
+  auto issue_next = [&] {
+    if (copy_tile < last) {
+      issue(copying, copy_j, copy_ring);
+      copy_ring = copy_ring + 1 == kRing ? 0 : copy_ring + 1;
+      if (++copy_j == copying.rows + TH - 1 && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
+    }
+    cp_async_commit();  // empty groups past the end keep the count of groups in step
+  };
 #pragma unroll
-    for (int u = 0; u < U; ++u) x_inside |= uint32_t(iw0 + u >= 0 && iw0 + u < in_w) << u;
-#pragma unroll
-    for (int i = 0; i < C; ++i) g_inside |= uint32_t(ow0 + i < out_w) << i;
-    // Offsets within one image, in 32 bits (the planner keeps an image under 2^31 elements).
-    const T* const image_x = x + o.n * p.in_h * p.in_w * p.in_c;
-    const T* const image_g = dy + o.n * p.out_h * p.out_w * p.out_c;
-    auto load_x = [&](int row, uint32_t (&w)[U]) {  // X row ih0 + row of the column's window, zeros outside
-      const bool row_inside = unsigned(ih0 + row) < unsigned(in_h);
-      const T* at = image_x + ((ih0 + row) * in_w + iw0) * in_c;
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        w[u] =
-            row_inside && (x_inside >> u & 1) ? __ldg(reinterpret_cast<const uint32_t*>(at + u * in_c)) : 0u;
-    };
-    auto load_g = [&](int row, uint32_t (&g)[C]) {
-      const T* at = image_g + ((oh0 + row) * out_w + ow0) * out_c;
-#pragma unroll
-      for (int i = 0; i < C; ++i)
-        g[i] = g_inside >> i & 1 ? __ldg(reinterpret_cast<const uint32_t*>(at + i * out_c)) : 0u;
-    };
-    uint32_t ring[TH][U], next_x[U], next_g[C];  // X row r + a in ring[(r + a) % TH]
-#pragma unroll
-    for (int a = 0; a + 1 < TH; ++a) load_x(a, ring[a]);
-    load_x(TH - 1, next_x);
-    load_g(0, next_g);
-    for (int r0 = 0; r0 < rows; r0 += TH) {
-      static_for<0, TH>([&](auto step) {
-        constexpr int s = decltype(step)::value;
-        const int r = r0 + s;
-        if (r >= rows) return;
+  for (int d = 0; d + 1 < kDepth; ++d) issue_next();
+
+  Sums acc[TH][TW] = {};
+  int ring = 0;  // the ring row of the current stage
+  for (int64_t tile = first; tile < last; ++tile) {
+    const Tile adding = tile_at(tile);
+    const bool adds = active && adding.ow0 + c0 < out_w;  // for_slot_chunks skips columns past the output
+    for (int j = 0; j < adding.rows + TH - 1; ++j) {
+      cp_async_wait<kDepth - 2>();  // this thread's copies of stage j
+      __syncthreads();              // everyone's, and the ring row stage j + kDepth - 1 reuses is read
+      issue_next();
+      if (adds && j >= TH - 1) {
+        const uint32_t* const g_row = ring_g + (ring * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
 #pragma unroll
-        for (int u = 0; u < U; ++u) ring[(s + TH - 1) % TH][u] = next_x[u];
-#pragma unroll
-        for (int i = 0; i < C; ++i) g[i] = unpack_stream(next_g[i], T{});
-        if (r + 1 < rows) {  // the next row's loads, in flight while this row's products are added
-          load_x(r + TH, next_x);
-          load_g(r + 1, next_g);
-        }
+        for (int i = 0; i < C; ++i) g[i] = unpack_stream(g_row[i * kGroupedLanes], T{});
 #pragma unroll
         for (int a = 0; a < TH; ++a) {
-          Sums w[U];
+          int row = ring - (TH - 1) + a;  // X row j - TH + 1 + a
+          row += row < 0 ? kRing : 0;
+          const uint32_t* const x_row = ring_x + (row * x_cols + c0) * kGroupedLanes + lane;
+          Sums w[C + TW - 1];
 #pragma unroll
-          for (int u = 0; u < U; ++u) w[u] = unpack_stream(ring[(s + a) % TH][u], T{});
+          for (int u = 0; u < C + TW - 1; ++u) w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
           grouped_row_products<TW>(w, g, acc[a]);
         }
-      });
+      }
+      ring = ring + 1 == kRing ? 0 : ring + 1;
     }
   }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is read: its memory takes the warps' partial taps
+
   // The warps' partial taps, added in the CPU executor's order, then stored channel by channel.
   float* const partial = reinterpret_cast<float*>(smem4);  // (kGroupedSlots - 1) x TH x TW x V x lanes
   auto at = [&](int s, int r, int j, int v) {
@@ -417,9 +449,10 @@ bool pipelines(const GroupedOp& op, const void* input, const void* out_grad) {
   }
 }
 
-// The streaming kernel reads 4-byte words: its plans' X and dY must be 4-byte aligned (XLA's buffers are).
+// The streaming kernel copies 16 bytes at a time: its plans' X and dY must be 16-byte aligned (XLA's buffers
+// are; the planner's channel counts keep every pixel and stacked problem so).
 bool stream_aligned(const void* input, const void* out_grad) {
-  return aligned_to(input, kStreamBytes) && aligned_to(out_grad, kStreamBytes);
+  return aligned_to(input, 16) && aligned_to(out_grad, 16);
 }
 
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
@@ -441,7 +474,14 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     void (*kernel)(GroupedProblem, GroupedPlan, const T*, const T*, float*, float*, long long, long long) =
         pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
     if constexpr (U && streamable_tile(TW)) {
-      if (streaming) kernel = grouped_streaming_kernel<T, TW>;
+      if (streaming) {
+        kernel = grouped_streaming_kernel<T, TW>;
+        // Rings of 5x5 tiles take more than the 48 KiB a launch gets without asking.
+        if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(plan.smem_bytes));
+            e != cudaSuccess)
+          return e;
+      }
     } else if (streaming) {
       return cudaErrorInvalidValue;  // the planner streams unit columns and streamable tiles only
     }
@@ -471,7 +511,7 @@ cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_
                         float* workspace, cudaStream_t stream, const char** stage) {
   *stage = "grouped kernel launch";
   if (op.plan.streams && !stream_aligned(input, out_grad)) {
-    *stage = "grouped kernel launch (the streaming kernel needs 4-byte aligned X and dY)";
+    *stage = "grouped kernel launch (the streaming kernel needs 16-byte aligned X and dY)";
     return cudaErrorMisalignedAddress;
   }
   cudaError_t e = cudaSuccess;

@@ -85,12 +85,13 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   while (!fit() && plan.out_cols > kGroupedChunk) plan.out_cols -= kGroupedChunk;
   if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
   // The streaming kernel (grouped.h): depthwise layers of one output channel per input channel, at least a
-  // warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel); stride and dilation
-  // 1; the whole filter in one tap tile of 3x3 to 5x5 (its rows in registers); every warp a column of 8
-  // outputs (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
+  // warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel) in 16-byte runs;
+  // stride and dilation 1; the whole filter in one tap tile of 3x3 to 5x5; every warp a column of 8 outputs
+  // (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
   // filter's first rows are read again at each tile.
-  const int64_t per_thread = stream_channels(storage_bytes(options.path));
-  plan.streams = p.group_c == 1 && p.out_c == p.groups && p.out_c % per_thread == 0 &&
+  const int element_bytes = storage_bytes(options.path);
+  const int64_t per_thread = stream_channels(element_bytes);
+  plan.streams = p.group_c == 1 && p.out_c == p.groups && p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
                  p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
                  streamable_tile(plan.tile_w) && plan.out_cols == kGroupedChunk * kGroupedSlots &&
@@ -98,7 +99,9 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   if (plan.streams) {
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
     plan.x_rows = plan.out_rows + p.filter_h - 1;
-    plan.smem_bytes = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * kGroupedLanes * 4;
+    const int64_t ring = stream_ring_rows(plan.tile_h) * (plan.x_cols + plan.out_cols) * kStreamBytes;
+    const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;
+    plan.smem_bytes = std::max(ring, partial) * kGroupedLanes;
   }
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
   plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);

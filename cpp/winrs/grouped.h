@@ -47,12 +47,17 @@ WINRS_HD constexpr int grouped_tile_rows(int tile_w) {
 inline constexpr int kGroupedLanes = 32, kGroupedSlots = 4;
 inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
-// The streaming CUDA kernel (depthwise layers of one output channel per input channel, no staging): a thread
-// takes kStreamBytes / sizeof(storage) consecutive channels, loaded together straight from memory, so that a
-// warp's load is one 128-byte line of a pixel's channels; a warp walks a column of 8 outputs down tiles of
-// kStreamRows rows, each X and dY row loaded once per tile.
-inline constexpr int kStreamBytes = 4, kStreamRows = 16;
+// The streaming CUDA kernel (depthwise layers of one output channel per input channel): a thread takes
+// kStreamBytes / sizeof(storage) consecutive channels, so that a warp reads one 128-byte line of a pixel's
+// channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows. The block copies the tiles'
+// X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows, kStreamDepth - 1
+// rows ahead of the one its warps add, so each X and dY row is read from memory once per tile.
+inline constexpr int kStreamBytes = 4, kStreamRows = 16, kStreamDepth = 3;
 WINRS_HD constexpr int stream_channels(int storage_bytes) { return kStreamBytes / storage_bytes; }
+// Channels of one 16-byte copy: the streaming kernel's layers have a multiple of it.
+WINRS_HD constexpr int stream_piece_channels(int storage_bytes) { return 16 / storage_bytes; }
+// Ring rows: the TH X rows a row of outputs meets, and those of the kStreamDepth - 1 rows in flight.
+WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDepth - 1; }
 // Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's X rows and sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
   return tile_w >= 3 && tile_w <= 5 && grouped_tile_rows(tile_w) == tile_w;
@@ -74,7 +79,7 @@ struct GroupedPlan {
                        // itself, the others the workspace, added at the end (reduction.h)
   int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|
   int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels (the
-                                // streaming kernel: its warps' partial taps)
+                                // streaming kernel: its ring of X and dY rows, or its warps' partial taps)
   double predicted_seconds = 0;
 
   WINRS_HD int64_t chunks_per_tile() const { return out_rows * (out_cols / kGroupedChunk); }

@@ -416,7 +416,7 @@ class Plan:
         geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
             f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
         per_thread = "two channels" if PATH_DTYPES[self.path].itemsize == 2 else "one channel"
-        reads = (f"read straight from memory on the GPU, {per_thread} per thread" if self.streams
+        reads = (f"streamed row by row through shared memory on the GPU, {per_thread} per thread" if self.streams
                  else "staged in shared memory on the GPU")  # fmt: skip
         return "\n".join([
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
