@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   extern __shared__ float4 smem4[];
   const int lane = threadIdx.x, slot = threadIdx.y, thread = slot * kGroupedLanes + lane;
   const int k0 = int(blockIdx.x) * kGroupedLanes * V;  // the block's first channel
-  const int64_t k = k0 + lane * V;                    // this lane's first channel
+  const int64_t k = k0 + lane * V;                     // this lane's first channel
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
   const bool active = k < p.out_c;
   const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
@@ -287,23 +287,27 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   };
   auto tile_at = [&](int64_t tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
-    return Tile{int(o.ih), int(o.iw), int(o.oh), int(o.ow), min(int(plan.out_rows), out_h - int(o.oh)),
-                x + o.n * p.in_h * p.in_w * p.in_c + k0, dy + o.n * p.out_h * p.out_w * p.out_c + k0};
+    return Tile{int(o.ih),
+                int(o.iw),
+                int(o.oh),
+                int(o.ow),
+                min(int(plan.out_rows), out_h - int(o.oh)),
+                x + o.n * p.in_h * p.in_w * p.in_c + k0,
+                dy + o.n * p.out_h * p.out_w * p.out_c + k0};
   };
   auto copy_row = [&](uint32_t* dst, int pixels, bool row_inside, int col0, int width, const T* row_base,
                       int pitch) {
     for (int i = thread; i < pixels * kPieces; i += kGroupedLanes * kGroupedSlots) {
       const int pixel = i / kPieces, part = i % kPieces, col = col0 + pixel;
-      const bool inside =
-          row_inside && unsigned(col) < unsigned(width) && k0 + part * kPieceChannels < out_c;
+      const bool inside = row_inside && unsigned(col) < unsigned(width) && k0 + part * kPieceChannels < out_c;
       cp_async_16(dst + pixel * kGroupedLanes + part * (16 / 4),
                   inside ? row_base + col * pitch + part * kPieceChannels : x, inside);
     }
   };
   auto issue = [&](const Tile& tile, int j, int ring_row) {
     const int ih = tile.ih0 + j;
-    copy_row(ring_x + ring_row * x_cols * kGroupedLanes, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
-             tile.image_x + ih * in_w * in_c, in_c);
+    copy_row(ring_x + ring_row * x_cols * kGroupedLanes, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0,
+             in_w, tile.image_x + ih * in_w * in_c, in_c);
     if (j >= TH - 1) {
       const int oh = tile.oh0 + j - (TH - 1);
       copy_row(ring_g + ring_row * out_cols * kGroupedLanes, out_cols, true, tile.ow0, out_w,

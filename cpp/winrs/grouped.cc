@@ -91,7 +91,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // filter's first rows are read again at each tile.
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
-  plan.streams = p.group_c == 1 && p.out_c == p.groups && p.out_c % stream_piece_channels(element_bytes) == 0 &&
+  plan.streams = p.group_c == 1 && p.out_c == p.groups &&
+                 p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
                  p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
                  streamable_tile(plan.tile_w) && plan.out_cols == kGroupedChunk * kGroupedSlots &&
