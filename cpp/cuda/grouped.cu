@@ -7,6 +7,7 @@
 
 #include "cuda/device.cuh"
 #include "cuda/omega.h"
+#include "cuda/tma.cuh"
 #include "winrs/grouped.h"
 #include "winrs/reduction.h"
 #include "winrs/tile.h"
@@ -245,18 +246,26 @@ __device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __hal
 template <int TW>
 constexpr int kStreamingMinBlocks = TW <= 4 ? 4 : 3;
 
+// The tensor maps of the streaming kernel's TMA producer: X and dY as (stacked problems x N) x H x W x C,
+// boxes of one pixel row's kGroupedLanes x V channels (x_cols and out_cols pixels).
+struct StreamMaps {
+  CUtensorMap x, g;
+};
+
 // The streaming kernel (depthwise layers, plan.streams): the blocks, tiles and warps of grouped_kernel, each
 // warp a column of 8 outputs of its tiles (plan: 4 per row, so for_slot_chunks gives warp `slot` column
 // `slot`, rows in order), each lane V consecutive channels (one 4-byte word of a pixel). The block walks its
-// tiles row by row through a ring of stream_ring_rows(TH) X rows and dY rows in shared memory, copied by
-// cp.async kStreamDepth - 1 rows ahead of the row its warps add (the loads straight from memory this kernel
-// made before kept one row in flight per lane: latency bound at 28% of issue slots). Each tap adds the chunks
-// in grouped_chunk's order: the sums are the CPU executor's.
-template <typename T, int TW>
+// tiles row by row through a ring of stream_ring_rows(TH) X rows and dY rows in shared memory, copied
+// kStreamDepth - 1 rows ahead of the row its warps add (the loads straight from memory this kernel made
+// before kept one row in flight per lane: latency bound at 28% of issue slots). kTma (sm_90a): one thread
+// copies each row as one TMA box, completing a barrier per ring row; else every thread copies 16-byte pieces
+// by cp.async. Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
+template <typename T, int TW, bool kTma>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlocks<TW>)
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
-                             long long grad_stride) {
+                             long long grad_stride, const __grid_constant__ StreamMaps maps) {
+  if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
   constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
   constexpr int kRing = stream_ring_rows(TH), kDepth = kStreamDepth;
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
@@ -278,16 +287,21 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   // words lane-major, so that a warp's reads of a pixel hit 32 banks).
   uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
   uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kRing * out_cols * kGroupedLanes);  // kTma
+  // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
+  const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
+  const int g_image0 = grad_stride == 0 ? 0 : int(problem * p.batch);
 
   // A tile's rows go through the ring as rows + TH - 1 stages: stage j copies X row j of the tile's window
   // and, from j = TH - 1 on, dY row j - TH + 1, which the warps then add with X rows j - TH + 1 .. j.
   struct Tile {
-    int ih0, iw0, oh0, ow0, rows;
+    int n, ih0, iw0, oh0, ow0, rows;
     const T *image_x, *image_g;  // offsets within one image fit 32 bits (the planner checks)
   };
   auto tile_at = [&](int64_t tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
-    return Tile{int(o.ih),
+    return Tile{int(o.n),
+                int(o.ih),
                 int(o.iw),
                 int(o.oh),
                 int(o.ow),
@@ -305,13 +319,19 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
     }
   };
   auto issue = [&](const Tile& tile, int j, int ring_row) {
-    const int ih = tile.ih0 + j;
-    copy_row(ring_x + ring_row * x_cols * kGroupedLanes, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0,
-             in_w, tile.image_x + ih * in_w * in_c, in_c);
-    if (j >= TH - 1) {
-      const int oh = tile.oh0 + j - (TH - 1);
-      copy_row(ring_g + ring_row * out_cols * kGroupedLanes, out_cols, true, tile.ow0, out_w,
-               tile.image_g + oh * out_w * out_c, out_c);
+    const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
+    uint32_t* const x_dst = ring_x + ring_row * x_cols * kGroupedLanes;
+    uint32_t* const g_dst = ring_g + ring_row * out_cols * kGroupedLanes;
+    if constexpr (kTma) {
+      const int row_bytes = kGroupedLanes * kStreamBytes;
+      mbarrier_arrive_expect(full + ring_row, (x_cols + (j >= TH - 1 ? out_cols : 0)) * row_bytes);
+      tma_load_4d(x_dst, &maps.x, full + ring_row, k0, tile.iw0, ih, x_image0 + tile.n);
+      if (j >= TH - 1) tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh, g_image0 + tile.n);
+    } else {
+      copy_row(x_dst, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0, in_w, tile.image_x + ih * in_w * in_c,
+               in_c);
+      if (j >= TH - 1)
+        copy_row(g_dst, out_cols, true, tile.ow0, out_w, tile.image_g + oh * out_w * out_c, out_c);
     }
   };
 
@@ -322,24 +342,39 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   Tile copying = tile_at(first < last ? first : 0);
   auto issue_next = [&] {
     if (copy_tile < last) {
-      issue(copying, copy_j, copy_ring);
+      if (!kTma || thread == 0) issue(copying, copy_j, copy_ring);
       copy_ring = copy_ring + 1 == kRing ? 0 : copy_ring + 1;
       if (++copy_j == copying.rows + TH - 1 && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
     }
-    cp_async_commit();  // empty groups past the end keep the count of groups in step
+    if constexpr (!kTma) cp_async_commit();  // empty groups past the end keep the count of groups in step
   };
+  if constexpr (kTma) {
+    if (thread == 0) {
+      for (int r = 0; r < kRing; ++r) mbarrier_init(full + r, 1);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+  }
 #pragma unroll
   for (int d = 0; d + 1 < kDepth; ++d) issue_next();
 
   Sums acc[TH][TW] = {};
-  int ring = 0;  // the ring row of the current stage
+  int ring = 0;         // the ring row of the current stage
+  uint32_t phases = 0;  // kTma: bit r, the parity of ring row r's barrier phase this thread waits for
   for (int64_t tile = first; tile < last; ++tile) {
     const Tile adding = tile_at(tile);
     const bool adds = active && adding.ow0 + c0 < out_w;  // for_slot_chunks skips columns past the output
     for (int j = 0; j < adding.rows + TH - 1; ++j) {
-      cp_async_wait<kDepth - 2>();  // this thread's copies of stage j
-      __syncthreads();              // everyone's, and the ring row stage j + kDepth - 1 reuses is read
-      issue_next();
+      if constexpr (kTma) {
+        __syncthreads();  // the ring row stage j + kDepth - 1 reuses is read
+        issue_next();
+        mbarrier_wait(full + ring, phases >> ring & 1);  // stage j's rows have landed
+        phases ^= 1u << ring;
+      } else {
+        cp_async_wait<kDepth - 2>();  // this thread's copies of stage j
+        __syncthreads();              // everyone's, and the ring row stage j + kDepth - 1 reuses is read
+        issue_next();
+      }
       if (adds && j >= TH - 1) {
         const uint32_t* const g_row = ring_g + (ring * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
@@ -359,7 +394,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
       ring = ring + 1 == kRing ? 0 : ring + 1;
     }
   }
-  cp_async_wait<0>();
+  if constexpr (!kTma) cp_async_wait<0>();
   __syncthreads();  // the ring is read: its memory takes the warps' partial taps
 
   // The warps' partial taps, added in the CPU executor's order, then stored channel by channel.
@@ -459,6 +494,38 @@ bool stream_aligned(const void* input, const void* out_grad) {
   return aligned_to(input, 16) && aligned_to(out_grad, 16);
 }
 
+// The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
+// else by cp.async.
+template <typename T, int TW>
+cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
+                             float* workspace, long long count, cudaLaunchConfig_t config) {
+  const GroupedProblem& p = op.problem;
+  const GroupedPlan& plan = op.plan;
+  StreamMaps maps = {};
+  auto* kernel = grouped_streaming_kernel<T, TW, false>;
+  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true>))) {
+    // Images of all `count` problems in one map where they follow each other (one where they share it).
+    const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
+    const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
+    const cuuint32_t channels = kGroupedLanes * stream_channels(sizeof(T));
+    const cuuint32_t x_box[4] = {channels, cuuint32_t(plan.x_cols), 1, 1};
+    const cuuint32_t g_box[4] = {channels, cuuint32_t(plan.out_cols), 1, 1};
+    if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box,
+                     CU_TENSOR_MAP_SWIZZLE_NONE) &&
+        encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box,
+                     CU_TENSOR_MAP_SWIZZLE_NONE))
+      kernel = grouped_streaming_kernel<T, TW, true>;
+  }
+  // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes));
+      e != cudaSuccess)
+    return e;
+  return cudaLaunchKernelEx(&config, kernel, p, plan, input, out_grad, filter_grad, workspace,
+                            static_cast<long long>(op.input_stride), static_cast<long long>(op.grad_stride),
+                            maps);
+}
+
 // Stacked problems [first, first + count) in one launch (count x splits <= gridDim.z's 65535).
 template <typename T>
 cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* out_grad, float* filter_grad,
@@ -467,6 +534,10 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
   const GroupedPlan& plan = op.plan;
   const bool streaming = plan.streams;
   const bool pipelined = !streaming && pipelines<T>(op, input, out_grad);
+  const T* const x = static_cast<const T*>(input) + first * op.input_stride;
+  const T* const dy = static_cast<const T*>(out_grad) + first * op.grad_stride;
+  filter_grad += first * p.filter_elems();
+  workspace += first * plan.workspace_elems;
   return dispatch_grouped(p, plan, [&](auto tile_w, auto unit) {
     constexpr int TW = decltype(tile_w)::value;
     constexpr bool U = decltype(unit)::value;
@@ -475,25 +546,15 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
     config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
-    void (*kernel)(GroupedProblem, GroupedPlan, const T*, const T*, float*, float*, long long, long long) =
-        pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
     if constexpr (U && streamable_tile(TW)) {
-      if (streaming) {
-        kernel = grouped_streaming_kernel<T, TW>;
-        // Rings of 5x5 tiles take more than the 48 KiB a launch gets without asking.
-        if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(plan.smem_bytes));
-            e != cudaSuccess)
-          return e;
-      }
+      if (streaming) return launch_streaming<T, TW>(op, x, dy, filter_grad, workspace, count, config);
     } else if (streaming) {
       return cudaErrorInvalidValue;  // the planner streams unit columns and streamable tiles only
     }
-    return cudaLaunchKernelEx(
-        &config, kernel, p, plan, static_cast<const T*>(input) + first * op.input_stride,
-        static_cast<const T*>(out_grad) + first * op.grad_stride, filter_grad + first * p.filter_elems(),
-        workspace + first * plan.workspace_elems, static_cast<long long>(op.input_stride),
-        static_cast<long long>(op.grad_stride));
+    auto* kernel = pipelined ? grouped_kernel<T, TW, U, sizeof(T) == 2> : grouped_kernel<T, TW, U, false>;
+    return cudaLaunchKernelEx(&config, kernel, p, plan, x, dy, filter_grad, workspace,
+                              static_cast<long long>(op.input_stride),
+                              static_cast<long long>(op.grad_stride));
   });
 }
 

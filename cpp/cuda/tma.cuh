@@ -67,11 +67,11 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
-// Host: the tensor map of an N x H x W x C tensor of 16-bit elements at `base` whose boxes are
-// box[0] channels x box[1] columns x box[2] rows x box[3] images, swizzled, zeros outside. Needs C a multiple
-// of 8 and base 16-byte aligned (the launches check). False if the driver refuses.
-inline bool encode_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
-                         long long c, const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
+// Host: the tensor map of an N x H x W x C tensor of 2- or 4-byte elements at `base` whose boxes are
+// box[0] channels x box[1] columns x box[2] rows x box[3] images, zeros outside. Needs C x element_bytes a
+// multiple of 16 and base 16-byte aligned (the launches check). False if the driver refuses.
+inline bool encode_boxes(CUtensorMap* map, const void* base, int element_bytes, long long n, long long h,
+                         long long w, long long c, const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -91,12 +91,14 @@ inline bool encode_boxes(CUtensorMap* map, const void* base, long long n, long l
     }
     return reinterpret_cast<Encode>(fn);
   }();
-  if (!encode) return false;
+  if (!encode || (element_bytes != 2 && element_bytes != 4)) return false;
+  const cuuint64_t e = cuuint64_t(element_bytes);
   const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
-  const cuuint64_t strides[3] = {cuuint64_t(c) * 2, cuuint64_t(w * c) * 2, cuuint64_t(h * w * c) * 2};
+  const cuuint64_t strides[3] = {cuuint64_t(c) * e, cuuint64_t(w * c) * e, cuuint64_t(h * w * c) * e};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box,
-                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  return encode(map, element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32, 4,
+                const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -105,7 +107,7 @@ inline bool encode_boxes(CUtensorMap* map, const void* base, long long n, long l
 inline bool encode_pixel_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
                                long long c, int images) {
   const cuuint32_t box[4] = {64, 1, 1, cuuint32_t(images)};
-  return encode_boxes(map, base, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  return encode_boxes(map, base, 2, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace winrs::cuda

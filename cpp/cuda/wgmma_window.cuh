@@ -279,9 +279,9 @@ bool encode_window_maps(OmegaArgs* args, int width) {
                                   cuuint32_t(C::grad_box_rows(width)), 1};
   const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
                                    cuuint32_t(C::x_box_rows), 1};
-  return encode_boxes(&args->grad_map, args->out_grad, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
+  return encode_boxes(&args->grad_map, args->out_grad, 2, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
                       CU_TENSOR_MAP_SWIZZLE_128B) &&
-         encode_boxes(&args->input_map, args->input, p.batch, p.in_h, p.in_w, p.in_c, input_box,
+         encode_boxes(&args->input_map, args->input, 2, p.batch, p.in_h, p.in_w, p.in_c, input_box,
                       CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
