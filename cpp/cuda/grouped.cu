@@ -242,9 +242,11 @@ __device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __hal
   return {{f.x, f.y}};
 }
 
-// Resident blocks per SM its registers must allow (the ring's shared memory allows 3 to 5).
+// Resident blocks per SM its registers must allow (as many as the rings in shared memory allow).
 template <int TW>
-constexpr int kStreamingMinBlocks = TW <= 4 ? 4 : 3;
+constexpr int kStreamingMinBlocks = TW == 3   ? 6
+                                    : TW == 4 ? 4
+                                              : 3;
 
 // The tensor maps of the streaming kernel's TMA producer: X and dY as (stacked problems x N) x H x W x C,
 // boxes of one pixel row's kGroupedLanes x V channels (x_cols and out_cols pixels).
@@ -283,11 +285,11 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
   const int out_h = int(p.out_h), out_w = int(p.out_w), out_c = int(p.out_c);
   const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols), c0 = slot * C;
-  // Ring row s: X row at ring_x + s x_cols lanes words, dY row at ring_g + s out_cols lanes words (a pixel's
-  // words lane-major, so that a warp's reads of a pixel hit 32 banks).
+  // X ring row s at ring_x + s x_cols lanes words, dY ring row s at ring_g + s out_cols lanes words (a
+  // pixel's words lane-major, so that a warp's reads of a pixel hit 32 banks).
   uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
   uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;
-  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kRing * out_cols * kGroupedLanes);  // kTma
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * out_cols * kGroupedLanes);  // kTma
   // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
   const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
   const int g_image0 = grad_stride == 0 ? 0 : int(problem * p.batch);
@@ -318,10 +320,10 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
                   inside ? row_base + col * pitch + part * kPieceChannels : x, inside);
     }
   };
-  auto issue = [&](const Tile& tile, int j, int ring_row) {
+  auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
     const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
     uint32_t* const x_dst = ring_x + ring_row * x_cols * kGroupedLanes;
-    uint32_t* const g_dst = ring_g + ring_row * out_cols * kGroupedLanes;
+    uint32_t* const g_dst = ring_g + g_ring_row * out_cols * kGroupedLanes;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
       mbarrier_arrive_expect(full + ring_row, (x_cols + (j >= TH - 1 ? out_cols : 0)) * row_bytes);
@@ -338,12 +340,13 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   const int64_t first = plan.first_tile(split), last = plan.first_tile(split + 1);
   // The copying cursor runs kDepth - 1 stages ahead of the adding one, across tiles.
   int64_t copy_tile = first;
-  int copy_j = 0, copy_ring = 0;
+  int copy_j = 0, copy_ring = 0, copy_g_ring = 0;
   Tile copying = tile_at(first < last ? first : 0);
   auto issue_next = [&] {
     if (copy_tile < last) {
-      if (!kTma || thread == 0) issue(copying, copy_j, copy_ring);
+      if (!kTma || thread == 0) issue(copying, copy_j, copy_ring, copy_g_ring);
       copy_ring = copy_ring + 1 == kRing ? 0 : copy_ring + 1;
+      copy_g_ring = copy_g_ring + 1 == kDepth ? 0 : copy_g_ring + 1;
       if (++copy_j == copying.rows + TH - 1 && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
     }
     if constexpr (!kTma) cp_async_commit();  // empty groups past the end keep the count of groups in step
@@ -359,8 +362,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
   for (int d = 0; d + 1 < kDepth; ++d) issue_next();
 
   Sums acc[TH][TW] = {};
-  int ring = 0;         // the ring row of the current stage
-  uint32_t phases = 0;  // kTma: bit r, the parity of ring row r's barrier phase this thread waits for
+  int ring = 0, g_ring = 0;  // the X and dY ring rows of the current stage
+  uint32_t phases = 0;       // kTma: bit r, the parity of ring row r's barrier phase this thread waits for
   for (int64_t tile = first; tile < last; ++tile) {
     const Tile adding = tile_at(tile);
     const bool adds = active && adding.ow0 + c0 < out_w;  // for_slot_chunks skips columns past the output
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
         issue_next();
       }
       if (adds && j >= TH - 1) {
-        const uint32_t* const g_row = ring_g + (ring * out_cols + c0) * kGroupedLanes + lane;
+        const uint32_t* const g_row = ring_g + (g_ring * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
 #pragma unroll
         for (int i = 0; i < C; ++i) g[i] = unpack_stream(g_row[i * kGroupedLanes], T{});
@@ -392,6 +395,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlo
         }
       }
       ring = ring + 1 == kRing ? 0 : ring + 1;
+      g_ring = g_ring + 1 == kDepth ? 0 : g_ring + 1;
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();

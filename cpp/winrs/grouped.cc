@@ -100,7 +100,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   if (plan.streams) {
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
     plan.x_rows = plan.out_rows + p.filter_h - 1;
-    const int64_t ring = stream_ring_rows(plan.tile_h) * (plan.x_cols + plan.out_cols) * kStreamBytes;
+    const int64_t ring =
+        (stream_ring_rows(plan.tile_h) * plan.x_cols + kStreamDepth * plan.out_cols) * kStreamBytes;
     const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;
     plan.smem_bytes =
         std::max(ring, partial) * kGroupedLanes + stream_ring_rows(plan.tile_h) * 8;  // barriers

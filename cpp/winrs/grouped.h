@@ -56,7 +56,8 @@ inline constexpr int kStreamBytes = 4, kStreamRows = 16, kStreamDepth = 3;
 WINRS_HD constexpr int stream_channels(int storage_bytes) { return kStreamBytes / storage_bytes; }
 // Channels of one 16-byte copy: the streaming kernel's layers have a multiple of it.
 WINRS_HD constexpr int stream_piece_channels(int storage_bytes) { return 16 / storage_bytes; }
-// Ring rows: the TH X rows a row of outputs meets, and those of the kStreamDepth - 1 rows in flight.
+// X ring rows: the TH X rows a row of outputs meets, and those of the kStreamDepth - 1 rows in flight (dY's
+// ring: kStreamDepth rows).
 WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDepth - 1; }
 // Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's X rows and sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
