@@ -242,12 +242,6 @@ __device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __hal
   return {{f.x, f.y}};
 }
 
-// Resident blocks per SM its registers must allow (as many as the rings in shared memory allow).
-template <int TW>
-constexpr int kStreamingMinBlocks = TW == 3   ? 6
-                                    : TW == 4 ? 4
-                                              : 3;
-
 // The tensor maps of the streaming kernel's TMA producer: X and dY as (stacked problems x N) x H x W x C,
 // boxes of one pixel row's kGroupedLanes x V channels (x_cols and out_cols pixels).
 struct StreamMaps {
@@ -263,7 +257,7 @@ struct StreamMaps {
 // copies each row as one TMA box, completing a barrier per ring row; else every thread copies 16-byte pieces
 // by cp.async. Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
 template <typename T, int TW, bool kTma>
-__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kStreamingMinBlocks<TW>)
+__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_per_sm(TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
                              long long grad_stride, const __grid_constant__ StreamMaps maps) {

@@ -115,7 +115,16 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   const int64_t blocks = plan.channel_blocks * plan.units * op->stacked;
   int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
   if (options.splits <= 0) {
-    splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
+    if (plan.streams) {
+      // One wave of the streaming kernel: as many blocks as its registers and rings let the SMs hold, each
+      // with the same number of tiles to within one (a part-filled second wave lengthens the launch by whole
+      // tile rounds: 1.3 waves on a 5x5 layer).
+      const int64_t resident = std::min<int64_t>(stream_blocks_per_sm(plan.tile_w),
+                                                 kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
+      splits = std::max<int64_t>(1, sm_count * resident / blocks);
+    } else {
+      splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
+    }
     splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   }
   plan.splits = std::max<int64_t>(1, std::min({splits, plan.tiles, kMaxGrid}));
