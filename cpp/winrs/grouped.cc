@@ -116,12 +116,20 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
   if (options.splits <= 0) {
     if (plan.streams) {
-      // One wave of the streaming kernel: as many blocks as its registers and rings let the SMs hold, each
-      // with the same number of tiles to within one (a part-filled second wave lengthens the launch by whole
-      // tile rounds: 1.3 waves on a 5x5 layer).
+      // The streaming kernel: the fewest rounds of tiles, counting the waves of blocks that the registers and
+      // rings let the SMs hold (a part-filled second wave costs a whole round: 1.34x on a 5x5 layer), each
+      // split at least kMinTilesPerSplit tiles (one tile per block ran 1.09-1.10x slower); on a tie, more
+      // splits (H100, 2026-11-25).
       const int64_t resident = std::min<int64_t>(stream_blocks_per_sm(plan.tile_w),
                                                  kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
-      splits = std::max<int64_t>(1, sm_count * resident / blocks);
+      const int64_t slots = sm_count * std::max<int64_t>(1, resident);
+      int64_t best_rounds = 0;
+      for (int64_t per_split = kMinTilesPerSplit;; ++per_split) {
+        const int64_t count = ceil_div(plan.tiles, per_split);
+        const int64_t rounds = ceil_div(blocks * count, slots) * per_split;
+        if (best_rounds == 0 || rounds < best_rounds) best_rounds = rounds, splits = count;
+        if (count == 1) break;
+      }
     } else {
       splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
     }
