@@ -256,7 +256,7 @@ struct StreamMaps {
 // before kept one row in flight per lane: latency bound at 28% of issue slots). kTma (sm_90a): one thread
 // copies each row as one TMA box, completing a barrier per ring row; else every thread copies 16-byte pieces
 // by cp.async. Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
-template <typename T, int TW, bool kTma>
+template <typename T, int TW, bool kTma, bool kMultiplied>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_per_sm(TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
@@ -271,6 +271,10 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   const int lane = threadIdx.x, slot = threadIdx.y, thread = slot * kGroupedLanes + lane;
   const int k0 = int(blockIdx.x) * kGroupedLanes * V;  // the block's first channel
   const int64_t k = k0 + lane * V;                     // this lane's first channel
+  // kMultiplied: m = 2^m_shift output channels per input channel (the planner's powers of two, at least V),
+  // so a lane's V channels meet one X channel and a pixel of the block's X channels is 32 / m words.
+  const int m_shift = kMultiplied ? __ffs(int(p.out_c / p.groups)) - 1 : 0;
+  const int x_k0 = k0 >> m_shift, x_words = kGroupedLanes >> m_shift;
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
   const bool active = k < p.out_c;
   const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
@@ -282,7 +286,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   // X ring row s at ring_x + s x_cols lanes words, dY ring row s at ring_g + s out_cols lanes words (a
   // pixel's words lane-major, so that a warp's reads of a pixel hit 32 banks).
   uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
-  uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;
+  uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;  // X rows sized for m = 1
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * out_cols * kGroupedLanes);  // kTma
   // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
   const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
@@ -302,32 +306,38 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
                 int(o.oh),
                 int(o.ow),
                 min(int(plan.out_rows), out_h - int(o.oh)),
-                x + o.n * p.in_h * p.in_w * p.in_c + k0,
+                x + o.n * p.in_h * p.in_w * p.in_c + x_k0,
                 dy + o.n * p.out_h * p.out_w * p.out_c + k0};
   };
-  auto copy_row = [&](uint32_t* dst, int pixels, bool row_inside, int col0, int width, const T* row_base,
-                      int pitch) {
-    for (int i = thread; i < pixels * kPieces; i += kGroupedLanes * kGroupedSlots) {
-      const int pixel = i / kPieces, part = i % kPieces, col = col0 + pixel;
-      const bool inside = row_inside && unsigned(col) < unsigned(width) && k0 + part * kPieceChannels < out_c;
-      cp_async_16(dst + pixel * kGroupedLanes + part * (16 / 4),
+  // 2^piece_shift pieces per pixel (kPieces for dY, kPieces / m for X), channels from `first` of `channels`.
+  auto copy_row = [&](uint32_t* dst, int pixels, int piece_shift, bool row_inside, int col0, int width,
+                      const T* row_base, int pitch, int first, int channels) {
+    for (int i = thread; i < pixels << piece_shift; i += kGroupedLanes * kGroupedSlots) {
+      const int pixel = i >> piece_shift, part = i & ((1 << piece_shift) - 1), col = col0 + pixel;
+      const bool inside =
+          row_inside && unsigned(col) < unsigned(width) && first + part * kPieceChannels < channels;
+      cp_async_16(dst + (pixel << piece_shift) * (16 / 4) + part * (16 / 4),
                   inside ? row_base + col * pitch + part * kPieceChannels : x, inside);
     }
   };
+  constexpr int kPieceShift = 3;
+  static_assert(kPieces == 1 << kPieceShift);
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
     const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
-    uint32_t* const x_dst = ring_x + ring_row * x_cols * kGroupedLanes;
+    uint32_t* const x_dst = ring_x + ring_row * x_cols * x_words;
     uint32_t* const g_dst = ring_g + g_ring_row * out_cols * kGroupedLanes;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
-      mbarrier_arrive_expect(full + ring_row, (x_cols + (j >= TH - 1 ? out_cols : 0)) * row_bytes);
-      tma_load_4d(x_dst, &maps.x, full + ring_row, k0, tile.iw0, ih, x_image0 + tile.n);
+      mbarrier_arrive_expect(full + ring_row,
+                             (x_cols * row_bytes >> m_shift) + (j >= TH - 1 ? out_cols * row_bytes : 0));
+      tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih, x_image0 + tile.n);
       if (j >= TH - 1) tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh, g_image0 + tile.n);
     } else {
-      copy_row(x_dst, x_cols, unsigned(ih) < unsigned(in_h), tile.iw0, in_w, tile.image_x + ih * in_w * in_c,
-               in_c);
+      copy_row(x_dst, x_cols, kPieceShift - m_shift, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
+               tile.image_x + ih * in_w * in_c, in_c, x_k0, in_c);
       if (j >= TH - 1)
-        copy_row(g_dst, out_cols, true, tile.ow0, out_w, tile.image_g + oh * out_w * out_c, out_c);
+        copy_row(g_dst, out_cols, kPieceShift, true, tile.ow0, out_w, tile.image_g + oh * out_w * out_c,
+                 out_c, k0, out_c);
     }
   };
 
@@ -381,10 +391,21 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
         for (int a = 0; a < TH; ++a) {
           int row = ring - (TH - 1) + a;  // X row j - TH + 1 + a
           row += row < 0 ? kRing : 0;
-          const uint32_t* const x_row = ring_x + (row * x_cols + c0) * kGroupedLanes + lane;
           Sums w[C + TW - 1];
+          if constexpr (kMultiplied) {  // the lane's X channel, once for its V channels
+            const T* const x_row =
+                reinterpret_cast<const T*>(ring_x + (row * x_cols + c0) * x_words) + (lane * V >> m_shift);
 #pragma unroll
-          for (int u = 0; u < C + TW - 1; ++u) w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
+            for (int u = 0; u < C + TW - 1; ++u) {
+              const float value = to_float(x_row[u * (x_words * 4 / int(sizeof(T)))]);
+#pragma unroll
+              for (int v = 0; v < V; ++v) w[u].v[v] = value;
+            }
+          } else {
+            const uint32_t* const x_row = ring_x + (row * x_cols + c0) * kGroupedLanes + lane;
+#pragma unroll
+            for (int u = 0; u < C + TW - 1; ++u) w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
+          }
           grouped_row_products<TW>(w, g, acc[a]);
         }
       }
@@ -494,25 +515,25 @@ bool stream_aligned(const void* input, const void* out_grad) {
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
 // else by cp.async.
-template <typename T, int TW>
+template <typename T, int TW, bool kMultiplied>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
                              float* workspace, long long count, cudaLaunchConfig_t config) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
-  auto* kernel = grouped_streaming_kernel<T, TW, false>;
-  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true>))) {
+  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied>;
+  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
     const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
     const cuuint32_t channels = kGroupedLanes * stream_channels(sizeof(T));
-    const cuuint32_t x_box[4] = {channels, cuuint32_t(plan.x_cols), 1, 1};
+    const cuuint32_t x_box[4] = {channels / cuuint32_t(p.out_c / p.groups), cuuint32_t(plan.x_cols), 1, 1};
     const cuuint32_t g_box[4] = {channels, cuuint32_t(plan.out_cols), 1, 1};
     if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box,
                      CU_TENSOR_MAP_SWIZZLE_NONE) &&
         encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box,
                      CU_TENSOR_MAP_SWIZZLE_NONE))
-      kernel = grouped_streaming_kernel<T, TW, true>;
+      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied>;
   }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
@@ -545,7 +566,10 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
     if constexpr (U && streamable_tile(TW)) {
-      if (streaming) return launch_streaming<T, TW>(op, x, dy, filter_grad, workspace, count, config);
+      if (streaming)
+        return p.out_c == p.groups
+                   ? launch_streaming<T, TW, false>(op, x, dy, filter_grad, workspace, count, config)
+                   : launch_streaming<T, TW, true>(op, x, dy, filter_grad, workspace, count, config);
     } else if (streaming) {
       return cudaErrorInvalidValue;  // the planner streams unit columns and streamable tiles only
     }

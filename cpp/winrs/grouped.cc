@@ -84,14 +84,16 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   while (!fit() && plan.out_rows > 1) plan.out_rows = (plan.out_rows + 1) / 2;
   while (!fit() && plan.out_cols > kGroupedChunk) plan.out_cols -= kGroupedChunk;
   if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
-  // The streaming kernel (grouped.h): depthwise layers of one output channel per input channel, at least a
-  // warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel) in 16-byte runs;
-  // stride and dilation 1; the whole filter in one tap tile of 3x3 to 5x5; every warp a column of 8 outputs
-  // (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
+  // The streaming kernel (grouped.h): depthwise layers of 1, 2, 4 or 8 output channels per input channel, at
+  // least a warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel) in 16-byte
+  // runs; stride and dilation 1; the whole filter in one tap tile of 3x3 to 5x5; every warp a column of 8
+  // outputs (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
   // filter's first rows are read again at each tile.
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
-  plan.streams = p.group_c == 1 && p.out_c == p.groups &&
+  const int64_t multiplier = p.out_c / p.groups;
+  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
+                 p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
                  p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&

@@ -63,6 +63,12 @@ WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDep
 // gives blocks (228 KiB, 1 KiB of it reserved per block).
 WINRS_HD constexpr int stream_blocks_per_sm(int tile_w) { return tile_w == 3 ? 6 : tile_w == 4 ? 4 : 3; }
 inline constexpr int64_t kStreamSmemPerSm = 228 * 1024, kStreamSmemPerBlock = 1024;
+// Channel multipliers it takes: 1, or a power of two up to 8 that keeps a thread's channels on one input
+// channel (so a block's input channels still come in 16-byte runs).
+WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_thread) {
+  return multiplier == 1 ||
+         (multiplier >= per_thread && multiplier <= 8 && (multiplier & (multiplier - 1)) == 0);
+}
 // Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
   return tile_w >= 3 && tile_w <= 5 && grouped_tile_rows(tile_w) == tile_w;
