@@ -52,7 +52,7 @@ CASES = [
     ((1, 19, 27, 72), (5, 5), 1, 72, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # 5x5, a second block of 8 channels
     ((2, 18, 30, 32), (3, 3), 2, 32, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # multiplier 2: an X channel a lane
     ((1, 17, 29, 24), (5, 5), 4, 24, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # multiplier 4, 1.5 blocks
-    ((1, 9, 26, 8), (4, 4), 8, 8, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # multiplier 8: 16-byte X runs of 8
+    ((1, 9, 26, 8), (4, 4), 8, 8, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # multiplier 8: staged (unaligned rows)
 ]
 
 
@@ -178,7 +178,8 @@ def test_plan_printout_names_the_direct_kernels():
         (jnp.bfloat16, 32, 1, 32, False),  # half a warp's lanes would idle
         (jnp.float16, 68, 1, 68, False),  # 16-bit runs of 8 channels would split a pixel's channels
         (jnp.bfloat16, 64, 2, 64, True),  # multiplier 2: a thread's channels meet one X channel
-        (jnp.float32, 32, 4, 32, True),  # multiplier 4
+        (jnp.float32, 32, 2, 32, True),  # multiplier 2 in float32
+        (jnp.float32, 32, 4, 32, False),  # multiplier 4: X rows of 34 x 32 bytes, not 128-byte aligned
         (jnp.bfloat16, 64, 3, 64, False),  # multiplier 3 splits a thread's pair over two input channels
         (jnp.float32, 8, 16, 8, False),  # multiplier 16: half a 16-byte run of input channels per block
         (jnp.float32, 64, 1, 16, False),  # groups of 4 channels

@@ -92,7 +92,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
   const int64_t multiplier = p.out_c / p.groups;
-  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
+  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread, plan.x_cols) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&

@@ -64,10 +64,12 @@ WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDep
 WINRS_HD constexpr int stream_blocks_per_sm(int tile_w) { return tile_w == 3 ? 6 : tile_w == 4 ? 4 : 3; }
 inline constexpr int64_t kStreamSmemPerSm = 228 * 1024, kStreamSmemPerBlock = 1024;
 // Channel multipliers it takes: 1, or a power of two up to 8 that keeps a thread's channels on one input
-// channel (so a block's input channels still come in 16-byte runs).
-WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_thread) {
-  return multiplier == 1 ||
-         (multiplier >= per_thread && multiplier <= 8 && (multiplier & (multiplier - 1)) == 0);
+// channel (so a block's input channels still come in 16-byte runs) and whose X rows of x_cols pixels of
+// 128 / m bytes stay 128-byte aligned, as TMA's destinations must be (x_cols a multiple of m: m = 2 for 3x3
+// tiles, 2 or 4 for 5x5; a 4x4 tile's 35-pixel rows at m = 8 failed on the H100).
+WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_thread, int64_t x_cols) {
+  return multiplier == 1 || (multiplier >= per_thread && multiplier <= 8 &&
+                             (multiplier & (multiplier - 1)) == 0 && x_cols % multiplier == 0);
 }
 // Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
