@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
   const int out_h = int(p.out_h), out_w = int(p.out_w), out_c = int(p.out_c);
   const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols), c0 = slot * C;
-  // X ring row s at ring_x + s x_cols lanes words, dY ring row s at ring_g + s out_cols lanes words (a
+  // X ring row s at ring_x + s x_cols x_words words, dY ring row s at ring_g + s out_cols lanes words (a
   // pixel's words lane-major, so that a warp's reads of a pixel hit 32 banks).
   uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
   uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;  // X rows sized for m = 1
