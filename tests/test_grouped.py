@@ -196,6 +196,30 @@ def test_depthwise_layers_stream_on_the_gpu(dtype, channels, multiplier, groups,
     assert ("streamed row by row through shared memory" in str(plan)) == streams
 
 
+@pytest.mark.parametrize(
+    "n, size, channels, taps, blocks_per_sm, tiles_per_split",
+    [
+        (128, 28, 240, 5, 3, 3),  # by two tiles a split: 512 blocks, 1.3 waves of 396; one wave of 3 instead
+        (64, 56, 128, 3, 6, 2),  # 512 blocks of two tiles fit one wave: not one tile a split
+    ],
+)
+def test_streaming_splits_take_the_fewest_tile_rounds(
+    n, size, channels, taps, blocks_per_sm, tiles_per_split
+):
+    """The streaming kernel's split count: the fewest rounds of tiles over waves of resident blocks (registers and
+    rings: 3 blocks per SM at 5x5, 6 at 3x3), at least two tiles a split."""
+    x = jax.ShapeDtypeStruct((n, size, size, channels), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((taps, taps, 1, channels), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=channels,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.streams
+    rows, cols = plan.spatial_tile
+    tiles = n * -(-size // rows) * -(-size // cols)
+    blocks = plan.splits * -(-channels // 64)  # a block: 32 lanes of two bf16 channels
+    assert -(-tiles // plan.splits) == tiles_per_split
+    assert blocks <= plan.sm_count * blocks_per_sm  # one wave
+
+
 def test_wide_groups_stay_on_winrs_gemms(rng):
     """More than 16 input channels per group: the groups run as stacked WinRS problems."""
     x = jax.ShapeDtypeStruct((2, 12, 13, 48), jnp.float32)

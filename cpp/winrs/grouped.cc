@@ -84,7 +84,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   while (!fit() && plan.out_rows > 1) plan.out_rows = (plan.out_rows + 1) / 2;
   while (!fit() && plan.out_cols > kGroupedChunk) plan.out_cols -= kGroupedChunk;
   if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
-  // The streaming kernel (grouped.h): depthwise layers of 1, 2, 4 or 8 output channels per input channel, at
+  // The streaming kernel (grouped.h): depthwise layers of the multipliers streamable_multiplier takes, at
   // least a warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel) in 16-byte
   // runs; stride and dilation 1; the whole filter in one tap tile of 3x3 to 5x5; every warp a column of 8
   // outputs (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the

@@ -47,7 +47,7 @@ WINRS_HD constexpr int grouped_tile_rows(int tile_w) {
 inline constexpr int kGroupedLanes = 32, kGroupedSlots = 4;
 inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
-// The streaming CUDA kernel (depthwise layers of one output channel per input channel): a thread takes
+// The streaming CUDA kernel (depthwise layers, streamable_multiplier below): a thread takes
 // kStreamBytes / sizeof(storage) consecutive channels, so that a warp reads one 128-byte line of a pixel's
 // channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows. The block copies the tiles'
 // X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows, kStreamDepth - 1

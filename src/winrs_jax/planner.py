@@ -230,9 +230,9 @@ class Plan:
     method: str = "winrs"
     tile: tuple[int, int] = (0, 0)
     spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns summed per step
-    # Direct depthwise layers of 1, 2, 4 or 8 output channels per input channel: the GPU streams X and dY
-    # row by row through a small ring in shared memory (two 16-bit or one float32 channel per thread); other
-    # direct layers stage each spatial tile in shared memory first.
+    # Direct depthwise layers of 1 output channel per input channel (2 or 4 where its rows stay aligned): the
+    # GPU streams X and dY row by row through a small ring in shared memory (two 16-bit or one float32
+    # channel per thread); other direct layers stage each spatial tile in shared memory first.
     streams: bool = False
     splits: int = 0
     mode: str = "auto"
