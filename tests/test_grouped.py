@@ -52,7 +52,12 @@ CASES = [
     ((1, 19, 27, 72), (5, 5), 1, 72, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # 5x5, a second block of 8 channels
     ((2, 18, 30, 32), (3, 3), 2, 32, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # multiplier 2: an X channel a lane
     ((1, 17, 29, 24), (5, 5), 4, 24, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # multiplier 4, 1.5 blocks
-    ((1, 9, 26, 8), (4, 4), 8, 8, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # multiplier 8: staged (unaligned rows)
+    ((1, 9, 26, 8), (4, 4), 8, 8, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # multiplier 8: X rows padded
+    ((2, 12, 21, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 7x7, 21 columns in a tile of 32
+    # Maps of 16 columns or less: 2 or 4 images side by side in a streamed tile, the last tile part-filled
+    ((3, 14, 13, 64), (5, 5), 1, 64, (1, 1), ((2, 2), (2, 2)), (1, 1)),
+    ((5, 7, 7, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((3, 9, 10, 32), (3, 3), 2, 32, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # multiplier 2, 2 images a tile
 ]
 
 
@@ -179,7 +184,7 @@ def test_plan_printout_names_the_direct_kernels():
         (jnp.float16, 68, 1, 68, False),  # 16-bit runs of 8 channels would split a pixel's channels
         (jnp.bfloat16, 64, 2, 64, True),  # multiplier 2: a thread's channels meet one X channel
         (jnp.float32, 32, 2, 32, True),  # multiplier 2 in float32
-        (jnp.float32, 32, 4, 32, False),  # multiplier 4: X rows of 34 x 32 bytes, not 128-byte aligned
+        (jnp.float32, 32, 4, 32, True),  # multiplier 4: X rows of 34 x 32 bytes, padded to 128-byte multiples
         (jnp.bfloat16, 64, 3, 64, False),  # multiplier 3 splits a thread's pair over two input channels
         (jnp.float32, 8, 16, 8, False),  # multiplier 16: half a 16-byte run of input channels per block
         (jnp.float32, 64, 1, 16, False),  # groups of 4 channels
@@ -194,6 +199,29 @@ def test_depthwise_layers_stream_on_the_gpu(dtype, channels, multiplier, groups,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.method == "direct" and plan.streams == streams
     assert ("streamed row by row through shared memory" in str(plan)) == streams
+
+
+@pytest.mark.parametrize(
+    "size, taps, streams, spatial_tile, images",
+    [
+        (56, 3, True, (16, 32), 1),
+        (21, 3, True, (16, 32), 1),  # 21 columns: one image, a warp's column past the map idle
+        (14, 5, True, (14, 16), 2),  # EfficientNet's 14x14 maps: two images, every warp busy
+        (7, 3, True, (7, 8), 4),  # MobileNet's 7x7 maps: four images
+        (28, 7, True, (16, 32), 1),  # ConvNeXt's 7x7 filters
+        (28, 6, False, (2, 32), 1),  # 6x6: tiles of 4 x 6 taps, staged
+    ],
+)
+def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images):
+    """The streaming kernel's tiles: 32 columns of one image, or of 2 or 4 images on maps of 16 columns or less
+    (each warp a column of 8 outputs), and square filters of 3x3 to 7x7."""
+    x = jax.ShapeDtypeStruct((9, size, size, 128), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((taps, taps, 1, 128), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=128,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.method == "direct" and plan.streams == streams
+    assert plan.spatial_tile == spatial_tile and plan.tile_images == images
+    assert (f"of each of {images} images at a time" in str(plan)) == (images > 1)
 
 
 @pytest.mark.parametrize(
@@ -214,7 +242,7 @@ def test_streaming_splits_take_the_fewest_tile_rounds(
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.streams
     rows, cols = plan.spatial_tile
-    tiles = n * -(-size // rows) * -(-size // cols)
+    tiles = -(-n // plan.tile_images) * -(-size // rows) * -(-size // cols)
     blocks = plan.splits * -(-channels // 64)  # a block: 32 lanes of two bf16 channels
     assert -(-tiles // plan.splits) == tiles_per_split
     assert blocks <= plan.sm_count * blocks_per_sm  # one wave

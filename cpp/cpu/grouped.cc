@@ -29,18 +29,19 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
         float acc[TH][TW] = {};
         for (int64_t tile = plan.first_tile(split); tile < plan.first_tile(split + 1); ++tile) {
           const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
-          // The tile's X window and dY as the kernel stages them: zero outside the arrays.
-          auto x_at = [&](int64_t row, int64_t col) {
-            const int64_t ih = o.ih + row, iw = o.iw + col;
-            if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
-            return load_storage<S>(b.input, x0 + ((o.n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
-          };
-          auto g_at = [&](int64_t row, int64_t col) {
-            const int64_t oh = o.oh + row, ow = o.ow + col;
-            if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
-            return load_storage<S>(b.out_grad, dy0 + ((o.n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
-          };
-          for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+          for_slot_chunks(p, plan, o, slot, [&](int64_t image, int64_t r, int64_t q) {
+            // The image's X window and dY as the kernels copy them: zero outside the arrays.
+            const int64_t n = o.n + image;
+            auto x_at = [&](int64_t row, int64_t col) {
+              const int64_t ih = o.ih + row, iw = o.iw + col;
+              if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
+              return load_storage<S>(b.input, x0 + ((n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
+            };
+            auto g_at = [&](int64_t row, int64_t col) {
+              const int64_t oh = o.oh + row, ow = o.ow + col;
+              if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
+              return load_storage<S>(b.out_grad, dy0 + ((n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
+            };
             grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
           });
         }

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
       };
       const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
       if (active)
-        for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+        for_slot_chunks(p, plan, o, slot, [&](int64_t, int64_t r, int64_t q) {  // one image a tile
           grouped_chunk<TW, kUnitColumns>(p, t, r, q, raw_x, raw_g, acc);
         });
       __syncthreads();  // the buffer is read before the copies of tile + 2 overwrite it
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
     }
     __syncthreads();
     if (active)
-      for_slot_chunks(p, plan, o, slot, [&](int64_t r, int64_t q) {
+      for_slot_chunks(p, plan, o, slot, [&](int64_t, int64_t r, int64_t q) {  // one image a tile
         grouped_chunk<TW, kUnitColumns>(p, t, r, q, x_at, g_at, acc);
       });
   }
@@ -249,13 +249,14 @@ struct StreamMaps {
 };
 
 // The streaming kernel (depthwise layers, plan.streams): the blocks, tiles and warps of grouped_kernel, each
-// warp a column of 8 outputs of its tiles (plan: 4 per row, so for_slot_chunks gives warp `slot` column
-// `slot`, rows in order), each lane V consecutive channels (one 4-byte word of a pixel). The block walks its
-// tiles row by row through a ring of stream_ring_rows(TH) X rows and dY rows in shared memory, copied
-// kStreamDepth - 1 rows ahead of the row its warps add (the loads straight from memory this kernel made
-// before kept one row in flight per lane: latency bound at 28% of issue slots). kTma (sm_90a): one thread
-// copies each row as one TMA box, completing a barrier per ring row; else every thread copies 16-byte pieces
-// by cp.async. Each tap adds the chunks in grouped_chunk's order: the sums are the CPU executor's.
+// warp a column of 8 outputs of its tiles (plan: 4 per row of the tile's images, so for_slot_chunks gives
+// warp `slot` chunk `slot`, rows in order), each lane V consecutive channels (one 4-byte word of a pixel).
+// The block walks its tiles row by row through a ring of stream_ring_rows(TH) X rows and dY rows in shared
+// memory (each the row of every image of the tile), copied kStreamDepth - 1 rows ahead of the row its warps
+// add (the loads straight from memory this kernel made before kept one row in flight per lane: latency bound
+// at 28% of issue slots). kTma (sm_90a): one thread copies each image's row as one TMA box, completing a
+// barrier per ring row; else every thread copies 16-byte pieces by cp.async. Each tap adds the chunks in
+// grouped_chunk's order: the sums are the CPU executor's.
 template <typename T, int TW, bool kTma, bool kMultiplied>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_per_sm(TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
@@ -282,12 +283,17 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   dy += problem * grad_stride;
   const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
   const int out_h = int(p.out_h), out_w = int(p.out_w), out_c = int(p.out_c);
-  const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols), c0 = slot * C;
-  // X ring row s at ring_x + s x_cols x_words words, dY ring row s at ring_g + s out_cols lanes words (a
-  // pixel's words lane-major, so that a warp's reads of a pixel hit 32 banks).
+  const int x_cols = int(plan.x_cols), out_cols = int(plan.out_cols), images = int(plan.tile_images);
+  // This warp's column of 8 outputs: `image` of the tile's images, from column c0 of its out_cols.
+  const int image = slot / (out_cols / C), c0 = slot % (out_cols / C) * C;
+  // A ring row holds the tile's images side by side: X's of x_image_words each (padded to 128 bytes, as
+  // TMA's destinations must be), dY's of out_cols x lanes words. A pixel's words are lane-major, so that a
+  // warp's reads of a pixel hit 32 banks.
+  const int x_image_words = (x_cols * x_words + 31) & ~31, x_row_words = images * x_image_words;
   uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
-  uint32_t* const ring_g = ring_x + kRing * x_cols * kGroupedLanes;  // X rows sized for m = 1
-  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * out_cols * kGroupedLanes);  // kTma
+  uint32_t* const ring_g = ring_x + kRing * images * x_cols * kGroupedLanes;  // X rows sized for m = 1
+  const int g_row_words = images * out_cols * kGroupedLanes;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * g_row_words);  // kTma
   // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
   const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
   const int g_image0 = grad_stride == 0 ? 0 : int(problem * p.batch);
@@ -295,12 +301,13 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   // A tile's rows go through the ring as rows + TH - 1 stages: stage j copies X row j of the tile's window
   // and, from j = TH - 1 on, dY row j - TH + 1, which the warps then add with X rows j - TH + 1 .. j.
   struct Tile {
-    int n, ih0, iw0, oh0, ow0, rows;
-    const T *image_x, *image_g;  // offsets within one image fit 32 bits (the planner checks)
+    int n, images, ih0, iw0, oh0, ow0, rows;  // images: those of the tile inside the batch
+    const T *image_x, *image_g;               // offsets within one image fit 32 bits (the planner checks)
   };
   auto tile_at = [&](int64_t tile) {
     const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
     return Tile{int(o.n),
+                min(images, int(p.batch - o.n)),
                 int(o.ih),
                 int(o.iw),
                 int(o.oh),
@@ -322,22 +329,28 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   };
   constexpr int kPieceShift = 3;
   static_assert(kPieces == 1 << kPieceShift);
+  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1.
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
     const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
-    uint32_t* const x_dst = ring_x + ring_row * x_cols * x_words;
-    uint32_t* const g_dst = ring_g + g_ring_row * out_cols * kGroupedLanes;
+    const bool adds_g = j >= TH - 1;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
-      mbarrier_arrive_expect(full + ring_row,
-                             (x_cols * row_bytes >> m_shift) + (j >= TH - 1 ? out_cols * row_bytes : 0));
-      tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih, x_image0 + tile.n);
-      if (j >= TH - 1) tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh, g_image0 + tile.n);
-    } else {
-      copy_row(x_dst, x_cols, kPieceShift - m_shift, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
-               tile.image_x + ih * in_w * in_c, in_c, x_k0, in_c);
-      if (j >= TH - 1)
-        copy_row(g_dst, out_cols, kPieceShift, true, tile.ow0, out_w, tile.image_g + oh * out_w * out_c,
-                 out_c, k0, out_c);
+      mbarrier_arrive_expect(full + ring_row, tile.images * ((x_cols * row_bytes >> m_shift) +
+                                                             (adds_g ? out_cols * row_bytes : 0)));
+    }
+    for (int i = 0; i < tile.images; ++i) {
+      uint32_t* const x_dst = ring_x + ring_row * x_row_words + i * x_image_words;
+      uint32_t* const g_dst = ring_g + g_ring_row * g_row_words + i * out_cols * kGroupedLanes;
+      if constexpr (kTma) {
+        tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih, x_image0 + tile.n + i);
+        if (adds_g) tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh, g_image0 + tile.n + i);
+      } else {
+        copy_row(x_dst, x_cols, kPieceShift - m_shift, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
+                 tile.image_x + i * int64_t(in_h) * in_w * in_c + ih * in_w * in_c, in_c, x_k0, in_c);
+        if (adds_g)
+          copy_row(g_dst, out_cols, kPieceShift, true, tile.ow0, out_w,
+                   tile.image_g + i * int64_t(out_h) * out_w * out_c + oh * out_w * out_c, out_c, k0, out_c);
+      }
     }
   };
 
@@ -370,7 +383,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   uint32_t phases = 0;       // kTma: bit r, the parity of ring row r's barrier phase this thread waits for
   for (int64_t tile = first; tile < last; ++tile) {
     const Tile adding = tile_at(tile);
-    const bool adds = active && adding.ow0 + c0 < out_w;  // for_slot_chunks skips columns past the output
+    // for_slot_chunks skips images past the batch and columns past the output
+    const bool adds = active && image < adding.images && adding.ow0 + c0 < out_w;
     for (int j = 0; j < adding.rows + TH - 1; ++j) {
       if constexpr (kTma) {
         __syncthreads();  // the ring row stage j + kDepth - 1 reuses is read
@@ -383,7 +397,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
         issue_next();
       }
       if (adds && j >= TH - 1) {
-        const uint32_t* const g_row = ring_g + (g_ring * out_cols + c0) * kGroupedLanes + lane;
+        const uint32_t* const g_row =
+            ring_g + g_ring * g_row_words + (image * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
 #pragma unroll
         for (int i = 0; i < C; ++i) g[i] = unpack_stream(g_row[i * kGroupedLanes], T{});
@@ -393,8 +408,9 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
           row += row < 0 ? kRing : 0;
           Sums w[C + TW - 1];
           if constexpr (kMultiplied) {  // the lane's X channel, once for its V channels
-            const T* const x_row =
-                reinterpret_cast<const T*>(ring_x + (row * x_cols + c0) * x_words) + (lane * V >> m_shift);
+            const T* const x_row = reinterpret_cast<const T*>(ring_x + row * x_row_words +
+                                                              image * x_image_words + c0 * x_words) +
+                                   (lane * V >> m_shift);
 #pragma unroll
             for (int u = 0; u < C + TW - 1; ++u) {
               const float value = to_float(x_row[u * (x_words * 4 / int(sizeof(T)))]);
@@ -402,7 +418,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
               for (int v = 0; v < V; ++v) w[u].v[v] = value;
             }
           } else {
-            const uint32_t* const x_row = ring_x + (row * x_cols + c0) * kGroupedLanes + lane;
+            const uint32_t* const x_row =
+                ring_x + row * x_row_words + image * x_image_words + c0 * kGroupedLanes + lane;
 #pragma unroll
             for (int u = 0; u < C + TW - 1; ++u) w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
           }

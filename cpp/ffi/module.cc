@@ -217,6 +217,7 @@ NB_MODULE(_winrs, m) {
         d["units"] = plan.units;
         d["tiles"] = plan.tiles;
         d["spatial_tile"] = nb::make_tuple(plan.out_rows, plan.out_cols);
+        d["tile_images"] = plan.tile_images;
         d["streams"] = plan.streams;
         d["smem_bytes"] = plan.smem_bytes;
         d["splits"] = plan.splits;

@@ -86,24 +86,27 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   if (!fit()) return "dilation or stride too large for one tile of the direct grouped kernels";
   // The streaming kernel (grouped.h): depthwise layers of the multipliers streamable_multiplier takes, at
   // least a warp's channels (at 32 bf16 channels half its lanes idle: 0.75x the staging kernel) in 16-byte
-  // runs; stride and dilation 1; the whole filter in one tap tile of 3x3 to 5x5; every warp a column of 8
-  // outputs (32-column tiles); images whose offsets (padding rows too) fit 32 bits. Its tiles are taller: the
-  // filter's first rows are read again at each tile.
+  // runs; stride and dilation 1; the whole filter in one tap tile of 3x3 to 7x7; images whose offsets
+  // (padding rows too) fit 32 bits. Its tiles are taller (the filter's first rows are read again at each
+  // tile) and take 32 columns of one image or 16 or 8 of 2 or 4 images (stream_tile_cols).
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
   const int64_t multiplier = p.out_c / p.groups;
-  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread, plan.x_cols) &&
+  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
                  p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
-                 streamable_tile(plan.tile_w) && plan.out_cols == kGroupedChunk * kGroupedSlots &&
-                 (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax && p.out_h * p.out_w * p.out_c <= kIntMax;
+                 streamable_tile(plan.tile_w) && (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
+                 p.out_h * p.out_w * p.out_c <= kIntMax;
   if (plan.streams) {
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
+    plan.out_cols = stream_tile_cols(p.out_w);
+    plan.tile_images = kGroupedChunk * kGroupedSlots / plan.out_cols;
     plan.x_rows = plan.out_rows + p.filter_h - 1;
-    const int64_t ring =
-        (stream_ring_rows(plan.tile_h) * plan.x_cols + kStreamDepth * plan.out_cols) * kStreamBytes;
+    plan.x_cols = plan.out_cols + p.filter_w - 1;
+    const int64_t ring = (stream_ring_rows(plan.tile_h) * plan.x_cols + kStreamDepth * plan.out_cols) *
+                         plan.tile_images * kStreamBytes;
     const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;
     plan.smem_bytes =
         std::max(ring, partial) * kGroupedLanes + stream_ring_rows(plan.tile_h) * 8;  // barriers
@@ -111,7 +114,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
   plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);
   plan.tiles_ow = ceil_div(p.out_w, plan.out_cols);
-  plan.tiles = p.batch * plan.tiles_oh * plan.tiles_ow;
+  plan.tiles = ceil_div(p.batch, plan.tile_images) * plan.tiles_oh * plan.tiles_ow;
 
   const int64_t sm_count = std::max(1, options.sm_count);
   const int64_t blocks = plan.channel_blocks * plan.units * op->stacked;

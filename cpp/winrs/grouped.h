@@ -49,7 +49,7 @@ inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
 // The streaming CUDA kernel (depthwise layers, streamable_multiplier below): a thread takes
 // kStreamBytes / sizeof(storage) consecutive channels, so that a warp reads one 128-byte line of a pixel's
-// channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows. The block copies the tiles'
+// channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows (stream_tile_cols). The block copies the tiles'
 // X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows, kStreamDepth - 1
 // rows ahead of the one its warps add, so each X and dY row is read from memory once per tile.
 inline constexpr int kStreamBytes = 4, kStreamRows = 16, kStreamDepth = 3;
@@ -64,17 +64,19 @@ WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDep
 WINRS_HD constexpr int stream_blocks_per_sm(int tile_w) { return tile_w == 3 ? 6 : tile_w == 4 ? 4 : 3; }
 inline constexpr int64_t kStreamSmemPerSm = 228 * 1024, kStreamSmemPerBlock = 1024;
 // Channel multipliers it takes: 1, or a power of two up to 8 that keeps a thread's channels on one input
-// channel (so a block's input channels still come in 16-byte runs) and whose X rows of x_cols pixels of
-// 128 / m bytes stay 128-byte aligned, as TMA's destinations must be (x_cols a multiple of m: m = 2 for 3x3
-// tiles, 2 or 4 for 5x5; a 4x4 tile's 35-pixel rows at m = 8 failed on the H100).
-WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_thread, int64_t x_cols) {
-  return multiplier == 1 || (multiplier >= per_thread && multiplier <= 8 &&
-                             (multiplier & (multiplier - 1)) == 0 && x_cols % multiplier == 0);
+// channel (so a block's input channels still come in 16-byte runs); X ring rows are padded to 128 bytes, as
+// TMA's destinations must be.
+WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_thread) {
+  return multiplier == 1 ||
+         (multiplier >= per_thread && multiplier <= 8 && (multiplier & (multiplier - 1)) == 0);
 }
-// Tap tiles it takes: square, 3x3 to 5x5 (its lanes keep the tile's sums in registers).
+// Tap tiles it takes: square, 3x3 to 7x7 (its lanes keep the tile's sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
-  return tile_w >= 3 && tile_w <= 5 && grouped_tile_rows(tile_w) == tile_w;
+  return tile_w >= 3 && tile_w <= 7 && grouped_tile_rows(tile_w) == tile_w;
 }
+// Its tiles' columns: every warp a column of 8 outputs, so maps of 16 columns or less put 32 / out_cols
+// images side by side in a tile (14x14 and 7x7 maps: 2 and 4 images), rather than leave warps idle.
+WINRS_HD constexpr int64_t stream_tile_cols(int64_t out_w) { return out_w > 16 ? 32 : out_w > 8 ? 16 : 8; }
 
 // Plain numbers only: the kernel takes it by value.
 struct GroupedPlan {
@@ -84,9 +86,11 @@ struct GroupedPlan {
   int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
   bool streams = false;        // the GPU runs the streaming kernel (above)
   int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
-  // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) meet x_rows x x_cols
-  // inputs; tiles_oh x tiles_ow of them per image, `tiles` in all.
+  // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) of each of tile_images
+  // consecutive images (more than one only when streaming) meet x_rows x x_cols inputs of each; tiles_oh x
+  // tiles_ow of them per image, `tiles` in all.
   int64_t out_rows = 0, out_cols = 0, x_rows = 0, x_cols = 0;
+  int64_t tile_images = 1;
   int64_t tiles_oh = 0, tiles_ow = 0, tiles = 0;
   int64_t splits = 0;  // the tiles are split into this many ranges, each its own partial dW: the first is dW
                        // itself, the others the workspace, added at the end (reduction.h)
@@ -95,7 +99,7 @@ struct GroupedPlan {
                                 // streaming kernel: its ring of X and dY rows, or its warps' partial taps)
   double predicted_seconds = 0;
 
-  WINRS_HD int64_t chunks_per_tile() const { return out_rows * (out_cols / kGroupedChunk); }
+  WINRS_HD int64_t chunks_per_tile() const { return out_rows * tile_images * (out_cols / kGroupedChunk); }
   WINRS_HD int64_t first_tile(int64_t split) const { return split * tiles / splits; }
 };
 
@@ -147,8 +151,8 @@ WINRS_HD inline int64_t grouped_x_channel(const GroupedProblem& p, const Grouped
   return (t.k / (p.out_c / p.groups)) * p.group_c + t.c;
 }
 
-// Where spatial tile `tile` starts: its image, first output row and column, and the first X row and column of
-// the window that task t's taps meet (may lie in the padding).
+// Where spatial tile `tile` starts: its first image, first output row and column, and the first X row and
+// column of the window that task t's taps meet (may lie in the padding).
 struct GroupedTileOrigin {
   int64_t n, oh, ow, ih, iw;
 };
@@ -156,7 +160,7 @@ struct GroupedTileOrigin {
 WINRS_HD inline GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, const GroupedPlan& plan,
                                                       const GroupedTask& t, int64_t tile) {
   const int64_t ow = (tile % plan.tiles_ow) * plan.out_cols, rows = tile / plan.tiles_ow;
-  const int64_t oh = (rows % plan.tiles_oh) * plan.out_rows, n = rows / plan.tiles_oh;
+  const int64_t oh = (rows % plan.tiles_oh) * plan.out_rows, n = rows / plan.tiles_oh * plan.tile_images;
   return {n, oh, ow, oh * p.stride_h + t.kh0 * p.dilation_h - p.pad_top,
           ow * p.stride_w + t.kw0 * p.dilation_w - p.pad_left};
 }
@@ -216,16 +220,21 @@ WINRS_HD void grouped_chunk(const GroupedProblem& p, const GroupedTask& t, int64
   }
 }
 
-// The chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ..., skipping
-// those wholly outside the output (row and column stepped, not divided: the kernels call it per chunk).
+// The chunks of a spatial tile that warp `slot` adds, in order: slot, slot + kGroupedSlots, ..., a row of
+// chunks being each image's out_cols / kGroupedChunk in turn; f(image, r, q) for image `image` of the tile,
+// output row r, column chunk q, skipping those wholly outside the output (rows stepped, not divided: the
+// kernels call it per chunk).
 template <typename F>
 WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, const GroupedTileOrigin& o,
                               int slot, F&& f) {
-  const int per_row = int(plan.out_cols / kGroupedChunk), rows = int(plan.out_rows);
+  const int per_image = int(plan.out_cols / kGroupedChunk), per_row = per_image * int(plan.tile_images);
+  const int rows = int(plan.out_rows);
   int r = slot / per_row, q = slot % per_row;
   for (; r < rows; q += kGroupedSlots) {
     while (q >= per_row) q -= per_row, ++r;
-    if (r < rows && o.oh + r < p.out_h && o.ow + q * kGroupedChunk < p.out_w) f(r, q);
+    const int image = q / per_image, column = q % per_image;
+    if (r < rows && o.n + image < p.batch && o.oh + r < p.out_h && o.ow + column * kGroupedChunk < p.out_w)
+      f(image, r, column);
   }
 }
 

@@ -230,6 +230,7 @@ class Plan:
     method: str = "winrs"
     tile: tuple[int, int] = (0, 0)
     spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns summed per step
+    tile_images: int = 1  # images side by side in a step (maps of 16 columns or less when streamed)
     # Direct depthwise layers of 1 output channel per input channel (2 or 4 where its rows stay aligned): the
     # GPU streams X and dY row by row through a small ring in shared memory (two 16-bit or one float32
     # channel per thread); other direct layers stage each spatial tile in shared memory first.
@@ -418,6 +419,7 @@ class Plan:
         per_thread = "two channels" if PATH_DTYPES[self.path].itemsize == 2 else "one channel"
         reads = (f"streamed row by row through shared memory on the GPU, {per_thread} per thread" if self.streams
                  else "staged in shared memory on the GPU")  # fmt: skip
+        images = f" of each of {self.tile_images} images" if self.tile_images > 1 else ""
         return "\n".join([
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
@@ -426,7 +428,7 @@ class Plan:
             f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
             f"as XLA's {self.reference} arithmetic",
             f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
-            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs at a time ({reads}); the sum is split into "
+            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs{images} at a time ({reads}); the sum is split into "
             f"{self.splits} parts",
             f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
             "the parts are added with compensation)",
@@ -801,7 +803,7 @@ def plan_grouped(
         sm_count=sm_count, forced_segments=options.segments or 0, workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
         method="direct", tile=raw["tile"], spatial_tile=raw["spatial_tile"], splits=raw["splits"],
-        streams=raw["streams"],
+        streams=raw["streams"], tile_images=raw["tile_images"],
     )  # fmt: skip
 
 

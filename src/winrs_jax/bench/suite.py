@@ -239,6 +239,8 @@ SUITE_GROUPED = [
         Shape.square(128, 112, 96, 3, "MobileNetV2 depthwise 3x3 stride 2"), groups=96, stride=2
     ),
     dataclasses.replace(Shape.square(128, 14, 672, 5, "EfficientNet-B0 depthwise 5x5"), groups=672),
+    dataclasses.replace(Shape.square(64, 14, 512, 7, "ConvNeXt depthwise 7x7, stage 3"), groups=512),
+    dataclasses.replace(Shape.square(128, 7, 960, 3, "MobileNetV2 depthwise 3x3, 7x7 maps"), groups=960),
     Shape(32, 56, 56, 64, 128, 3, 3, "depthwise 3x3, multiplier 2", groups=64),
 ]
 
