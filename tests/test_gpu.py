@@ -9,6 +9,7 @@ import pytest
 from helpers import mare, reference_filter_grad
 from jax import lax
 from test_grouped import CASES as GROUPED_CASES
+from test_grouped import TENSOR_CORE_CASES
 from test_grouped import _reference as grouped_reference
 
 import winrs_jax
@@ -321,22 +322,55 @@ def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng, monk
     assert "winrs_grouped_filter_grad" in jax.jit(fn).lower(x, dy).as_text()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
-def test_dense_grouped_layers_on_the_gpu(dtype, rng):
+@pytest.mark.parametrize("dtype, taps", [(np.float32, 3), (jnp.bfloat16, 5)])
+def test_dense_grouped_layers_on_the_gpu(dtype, taps, rng):
     """ResNeXt-style groups (32 of 4 channels) run as the dense layer of all channels on the GPU's dense kernels,
     dW its diagonal blocks: against float64, to the accuracy of the dtype's dense kernels (bf16 operands: the
-    paper's MARE budget for the direct kernel, 3.3e-3)."""
+    paper's MARE budget for the direct kernel, 3.3e-3). 16-bit 3x3 layers run on tensor cores instead: bf16
+    here is 5x5."""
     x = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
     dy = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
-    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 4, 128), padding="SAME",
+    w_shape = (taps, taps, 4, 128)
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, padding="SAME",
                            dimension_numbers=DN, feature_group_count=32, precision=lax.Precision.HIGHEST,
                            options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
-    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 4, 128), dtype), (1, 1), "SAME", dimension_numbers=DN,
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, dtype), (1, 1), "SAME", dimension_numbers=DN,
                           feature_group_count=32, options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.dense_groups == 32
     got = np.asarray(jax.jit(fn)(jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())), np.float64)
-    expected = grouped_reference(x, dy, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 32)
+    pad = taps // 2
+    expected = grouped_reference(x, dy, (taps, taps), (1, 1), ((pad, pad), (pad, pad)), (1, 1), 32)
     assert mare(got, expected) < (1e-6 if dtype == np.float32 else 3.3e-3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
+@pytest.mark.parametrize("case", range(len(TENSOR_CORE_CASES)))
+def test_tensor_core_groups_match_float64_and_the_cpu(case, dtype, rng):
+    """The grouped layers summed on tensor cores (mma.sync, float32 accumulators: products of 16-bit inputs are
+    exact, so only the order of the float32 sums differs from the CPU's FMA): against float64 and the CPU
+    handler, to the output dtype's rounding."""
+    x_shape, groups, pads = TENSOR_CORE_CASES[case]
+    c = x_shape[3]
+    w_shape = (3, 3, c // groups, c)
+    scale = 1e-2 if dtype == np.float16 else 1.0
+    x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+    out = jax.eval_shape(lambda x: lax.conv_general_dilated(x, jnp.zeros(w_shape, dtype), (1, 1), pads,
+                                                            dimension_numbers=DN,
+                                                            feature_group_count=groups), x)  # fmt: skip
+    dy = jnp.asarray(scale * rng.standard_normal(out.shape), dtype)
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    assert winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, dtype), (1, 1), pads, dimension_numbers=DN,
+                          feature_group_count=groups, options=options).tensor_cores  # fmt: skip
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, padding=pads, dimension_numbers=DN,
+                           feature_group_count=groups, options=options)  # fmt: skip
+    gpu = np.asarray(jax.jit(fn)(jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())), np.float64)
+    cpu_device = jax.devices("cpu")[0]
+    cpu = np.asarray(jax.jit(fn)(jax.device_put(x, cpu_device), jax.device_put(dy, cpu_device)), np.float64)
+    expected = grouped_reference(x, dy, (3, 3), (1, 1), pads, (1, 1), groups)
+    rounding = 2.0 ** -(8 if dtype == jnp.bfloat16 else 11)
+    tolerance = 1e-5 + rounding
+    np.testing.assert_allclose(gpu, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5 + 2 * rounding, atol=1e-5 * np.abs(expected).max())
 
 
 def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):

@@ -294,10 +294,11 @@ def test_dense_grouped_layers_match_float64(case, rng):
 
 def test_dense_groups_need_few_channels_few_groups_and_little_memory():
     """The dense layer is taken for 2 to 16 input channels per group, at most 64 groups, and a dense dW within
-    X's and dY's bytes; else the direct kernels (at most 8 channels) or stacked problems."""
+    X's and dY's bytes; else the direct kernels (at most 8 channels) or stacked problems. (float32: 16-bit 3x3
+    layers of such groups go to tensor cores first.)"""
 
     def plan(x_shape, w_shape, groups):
-        return winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.bfloat16), jax.ShapeDtypeStruct(w_shape, jnp.bfloat16),
+        return winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.float32), jax.ShapeDtypeStruct(w_shape, jnp.float32),
                               (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=groups,
                               options=PlannerOptions(mode="winrs"))  # fmt: skip
 
@@ -309,6 +310,64 @@ def test_dense_groups_need_few_channels_few_groups_and_little_memory():
     assert (many.dense_groups, many.method) == (1, "direct")
     big = plan((2, 7, 7, 256), (3, 3, 4, 512), 64)  # a dense dW 30x X's and dY's bytes
     assert (big.dense_groups, big.method) == (1, "direct")
+
+
+@pytest.mark.parametrize(
+    "dtype, x_shape, w_shape, groups, strides, tensor_cores",
+    [
+        (jnp.bfloat16, (64, 56, 56, 128), (3, 3, 4, 128), 32, (1, 1), True),  # ResNeXt-50, stage 1
+        (jnp.float16, (64, 14, 14, 512), (3, 3, 16, 512), 32, (1, 1), True),  # stage 3: 16 channels a group
+        (jnp.bfloat16, (128, 28, 28, 192), (3, 3, 8, 192), 24, (1, 1), True),  # RegNet, group width 8
+        (jnp.float32, (128, 28, 28, 192), (3, 3, 8, 192), 24, (1, 1), False),  # float32: the dense layer
+        (jnp.bfloat16, (64, 7, 7, 1024), (3, 3, 32, 1024), 32, (1, 1), False),  # 32 channels a group
+        (jnp.bfloat16, (8, 14, 14, 64), (5, 5, 16, 64), 4, (1, 1), False),  # 5x5
+        (jnp.bfloat16, (8, 14, 14, 64), (3, 3, 16, 64), 4, (2, 2), False),  # stride 2
+        (jnp.bfloat16, (8, 14, 14, 64), (3, 3, 16, 128), 4, (1, 1), False),  # 16 in, 32 out a group
+        (jnp.bfloat16, (8, 14, 14, 12), (3, 3, 4, 12), 3, (1, 1), False),  # 24-byte pixels: not 16-byte runs
+    ],
+)
+def test_sixteen_bit_groups_run_on_tensor_cores(dtype, x_shape, w_shape, groups, strides, tensor_cores):
+    """Which grouped layers the GPU sums on tensor cores (before the dense layer of all channels), and the
+    printout saying so."""
+    x, w = jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(w_shape, dtype)
+    plan = winrs_jax.plan(x, w, strides, "SAME", dimension_numbers=NHWC, feature_group_count=groups,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.tensor_cores == tensor_cores
+    assert ("products on tensor cores" in str(plan)) == tensor_cores
+    if tensor_cores:
+        assert plan.method == "direct" and plan.streams and plan.dense_groups == 1
+
+
+TENSOR_CORE_CASES = [
+    # x shape (NHWC), groups, padding: 3x3 filters, as many output channels as input, stride 1
+    ((2, 9, 40, 64), 4, ((1, 1), (1, 1))),  # 16 channels a group, 40 columns: two tiles a row
+    ((3, 7, 7, 96), 12, ((1, 1), (1, 1))),  # 8 a group, 1.5 blocks; 4 images a tile, the last past the batch
+    ((3, 12, 13, 48), 12, ((0, 2), (2, 0))),  # 4 a group, 2 images a tile; uneven padding
+    ((1, 10, 33, 16), 8, ((1, 1), (1, 1))),  # 2 a group, a quarter of a block's channels
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("case", TENSOR_CORE_CASES, ids=range(len(TENSOR_CORE_CASES)))
+def test_tensor_core_groups_match_float64(case, dtype, rng):
+    """The tensor-core layers' tiles, images and splits (the CPU handler sums them in float32 FMA): against
+    float64, to the output dtype's half ulp."""
+    x_shape, groups, pads = case
+    c = x_shape[3]
+    x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+    out = jax.eval_shape(lambda x: lax.conv_general_dilated(x, jnp.zeros((3, 3, c // groups, c), dtype), (1, 1),
+                                                            pads, dimension_numbers=NHWC,
+                                                            feature_group_count=groups), x)  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), dtype)
+    w = jax.ShapeDtypeStruct((3, 3, c // groups, c), dtype)
+    plan = winrs_jax.plan(x, w, (1, 1), pads, dimension_numbers=NHWC, feature_group_count=groups,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.tensor_cores
+    got = np.asarray(_filter_grad(x, dy, w.shape, (1, 1), pads, (1, 1), groups, PlannerOptions(mode="winrs")),
+                     np.float64)  # fmt: skip
+    expected = _reference(x, dy, (3, 3), (1, 1), pads, (1, 1), groups)
+    tolerance = 1e-5 + 2.0 ** -(8 if dtype == jnp.bfloat16 else 11)
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
 
 
 def _grouped_attrs(**overrides):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -194,6 +194,10 @@ for stage in "$@"; do
       # bf16 time against Z near whole waves of resident blocks (tools/tune.py waves), WAVE_SHAPES in Shape.parse forms.
       (cd /tmp && python3 "$ROOT/tools/tune.py" waves ${WAVE_SHAPES:-16:64:128:3 128:7:512:3 128:17:192:3 16:128:64:3}) \
         2>&1 | tee "$OUT/waves.jsonl" | tail -80 ;;
+    stream-splits)
+      # The depthwise streaming kernel's time at split counts of 1 to 6 tiles a split (tools/tune.py stream-splits).
+      (cd /tmp && python3 "$ROOT/tools/tune.py" stream-splits ${PROFILE_DTYPE:-bf16} ${PROFILE_LAYERS:-64:56:128:3:g128}) \
+        2>&1 | grep -v Warning | tee "$OUT/stream-splits-${PROFILE_DTYPE:-bf16}.jsonl" | tail -60 ;;
     first-trace)
       # What auto adds to a first training step with a new layer, in fresh processes (tools/first_trace.py).
       (cd /tmp && python3 "$ROOT/tools/first_trace.py" --dtype ${FIRST_DTYPE:-bf16} --jit-cache ${FIRST_JIT_CACHE:-off} \

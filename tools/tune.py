@@ -190,7 +190,8 @@ def _resident_tiles(plan: winrs_jax.Plan) -> tuple[int, int]:
 
 
 def _timed_at(layer: tuple, z: int | None) -> tuple[winrs_jax.Plan, float]:
-    """bf16 WinRS on one layer (suite._layer's inputs and arguments) with Z segments (None: the planner's)."""
+    """WinRS on one layer (suite._layer's inputs and arguments) with Z segments or direct splits (None: the
+    planner's)."""
     x, dy, w, kwargs = layer
     opts = winrs_jax.PlannerOptions(mode="winrs", segments=z)
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts))
@@ -222,6 +223,26 @@ def waves(texts: list[str]) -> None:
             seen.add(plan.segments)
             print(json.dumps(dict(layer=str(shape), planner=False, segments=plan.segments,
                                   blocks=tiles * plan.segments, slots=slots, ms=round(ms, 4))), flush=True)  # fmt: skip
+
+
+def stream_splits(dtype_name: str, texts: list[str]) -> None:
+    """Depthwise layers on the streaming kernel: its time with the planner's split count and with the counts that
+    give each split 1 to 4 tiles, whether the rule's tile rounds over waves of resident blocks predict it."""
+    from winrs_jax.bench import suite
+
+    for text in texts:
+        shape = suite.Shape.parse(text)
+        layer = suite._layer(shape, dtype_name, np.random.default_rng(0))
+        base, base_ms = _timed_at(layer, None)
+        (rows, cols), (oh, ow) = base.spatial_tile, base.out_grad_hw
+        tiles = -(-shape.n // base.tile_images) * -(-oh // rows) * -(-ow // cols)
+        row = dict(layer=str(shape), dtype=dtype_name, streams=base.streams, tiles=tiles)
+        print(json.dumps(row | dict(planner=True, splits=base.splits, ms=round(base_ms, 4))), flush=True)
+        for per_split in (1, 2, 3, 4, 6):
+            splits = -(-tiles // per_split)
+            if splits != base.splits:
+                plan, ms = _timed_at(layer, splits)
+                print(json.dumps(row | dict(planner=False, splits=plan.splits, ms=round(ms, 4))), flush=True)
 
 
 def grouped(dtype_name: str, texts: list[str]) -> None:
@@ -260,6 +281,9 @@ if __name__ == "__main__":
         sys.exit()
     if sys.argv[1] == "variants" and len(sys.argv) > 2:  # some paths only: tune.py variants bf16 tf32
         variants(tuple(sys.argv[2:]))
+        sys.exit()
+    if sys.argv[1] == "stream-splits":
+        stream_splits(sys.argv[2], sys.argv[3:])
         sys.exit()
     if sys.argv[1] == "grouped":
         grouped(sys.argv[2], sys.argv[3:])

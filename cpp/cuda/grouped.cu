@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda/device.cuh"
+#include "cuda/grouped_mma.cuh"
 #include "cuda/omega.h"
 #include "cuda/tma.cuh"
 #include "winrs/grouped.h"
@@ -257,12 +258,17 @@ struct StreamMaps {
 // at 28% of issue slots). kTma (sm_90a): one thread copies each image's row as one TMA box, completing a
 // barrier per ring row; else every thread copies 16-byte pieces by cp.async. Each tap adds the chunks in
 // grouped_chunk's order: the sums are the CPU executor's.
-template <typename T, int TW, bool kTma, bool kMultiplied>
-__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_per_sm(TW))
+//
+// kMma (grouped layers on tensor cores, grouped.h): warp `slot` takes channels 16 slot .. 16 slot + 15 of the
+// block's 64 (an mma slice) instead of a column, and the rows' pixels are 128-byte swizzled.
+template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false>
+__global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
+                                  kMma ? kMmaBlocksPerSm : stream_blocks_per_sm(TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
                              long long grad_stride, const __grid_constant__ StreamMaps maps) {
   if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
+  static_assert(!kMma || (sizeof(T) == 2 && TW == kMmaTileW && !kMultiplied));
   constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
   constexpr int kRing = stream_ring_rows(TH), kDepth = kStreamDepth;
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
@@ -289,9 +295,14 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   // A ring row holds the tile's images side by side: X's of x_image_words each (padded to 128 bytes, as
   // TMA's destinations must be), dY's of out_cols x lanes words. A pixel's words are lane-major, so that a
   // warp's reads of a pixel hit 32 banks.
-  const int x_image_words = (x_cols * x_words + 31) & ~31, x_row_words = images * x_image_words;
-  uint32_t* const ring_x = reinterpret_cast<uint32_t*>(smem4);
-  uint32_t* const ring_g = ring_x + kRing * images * x_cols * kGroupedLanes;  // X rows sized for m = 1
+  // kMma: each image's X from a 1024-byte boundary (mma_x_image_bytes), the ring from the first one.
+  const int x_image_words = kMma ? int(mma_x_image_bytes(x_cols) / 4) : (x_cols * x_words + 31) & ~31;
+  const int x_row_words = images * x_image_words;
+  uint32_t* const ring_x =
+      kMma ? reinterpret_cast<uint32_t*>((reinterpret_cast<uintptr_t>(smem4) + 1023) & ~uintptr_t(1023))
+           : reinterpret_cast<uint32_t*>(smem4);
+  uint32_t* const ring_g =
+      ring_x + kRing * (kMma ? x_row_words : images * x_cols * kGroupedLanes);  // X rows sized for m = 1
   const int g_row_words = images * out_cols * kGroupedLanes;
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * g_row_words);  // kTma
   // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
@@ -316,39 +327,49 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
                 x + o.n * p.in_h * p.in_w * p.in_c + x_k0,
                 dy + o.n * p.out_h * p.out_w * p.out_c + k0};
   };
-  // 2^piece_shift pieces per pixel (kPieces for dY, kPieces / m for X), channels from `first` of `channels`.
+  // 2^piece_shift pieces per pixel (kPieces for dY, kPieces / m for X), channels from `first` of `channels`;
+  // kMma: piece q of pixel r at place q ^ (r % 8), as TMA's 128-byte swizzle puts it.
   auto copy_row = [&](uint32_t* dst, int pixels, int piece_shift, bool row_inside, int col0, int width,
                       const T* row_base, int pitch, int first, int channels) {
     for (int i = thread; i < pixels << piece_shift; i += kGroupedLanes * kGroupedSlots) {
       const int pixel = i >> piece_shift, part = i & ((1 << piece_shift) - 1), col = col0 + pixel;
       const bool inside =
           row_inside && unsigned(col) < unsigned(width) && first + part * kPieceChannels < channels;
-      cp_async_16(dst + (pixel << piece_shift) * (16 / 4) + part * (16 / 4),
+      const int place = kMma ? part ^ (pixel & 7) : part;
+      cp_async_16(dst + (pixel << piece_shift) * (16 / 4) + place * (16 / 4),
                   inside ? row_base + col * pitch + part * kPieceChannels : x, inside);
     }
   };
   constexpr int kPieceShift = 3;
   static_assert(kPieces == 1 << kPieceShift);
-  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1.
+  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1. kMma
+  // sums every pixel of a ring row: images past the batch are copied as zeros (a TMA box past the maps' last
+  // image; another problem's images may follow this one's).
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
     const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
     const bool adds_g = j >= TH - 1;
+    const int copied = kMma ? images : tile.images;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
-      mbarrier_arrive_expect(full + ring_row, tile.images * ((x_cols * row_bytes >> m_shift) +
-                                                             (adds_g ? out_cols * row_bytes : 0)));
+      mbarrier_arrive_expect(
+          full + ring_row, copied * ((x_cols * row_bytes >> m_shift) + (adds_g ? out_cols * row_bytes : 0)));
     }
-    for (int i = 0; i < tile.images; ++i) {
+    for (int i = 0; i < copied; ++i) {
       uint32_t* const x_dst = ring_x + ring_row * x_row_words + i * x_image_words;
       uint32_t* const g_dst = ring_g + g_ring_row * g_row_words + i * out_cols * kGroupedLanes;
+      const bool inside = i < tile.images;
       if constexpr (kTma) {
-        tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih, x_image0 + tile.n + i);
-        if (adds_g) tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh, g_image0 + tile.n + i);
-      } else {
-        copy_row(x_dst, x_cols, kPieceShift - m_shift, unsigned(ih) < unsigned(in_h), tile.iw0, in_w,
-                 tile.image_x + i * int64_t(in_h) * in_w * in_c + ih * in_w * in_c, in_c, x_k0, in_c);
+        constexpr int kPastMaps = 1 << 30;
+        tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih,
+                    inside ? x_image0 + tile.n + i : kPastMaps);
         if (adds_g)
-          copy_row(g_dst, out_cols, kPieceShift, true, tile.ow0, out_w,
+          tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh,
+                      inside ? g_image0 + tile.n + i : kPastMaps);
+      } else {
+        copy_row(x_dst, x_cols, kPieceShift - m_shift, inside && unsigned(ih) < unsigned(in_h), tile.iw0,
+                 in_w, tile.image_x + i * int64_t(in_h) * in_w * in_c + ih * in_w * in_c, in_c, x_k0, in_c);
+        if (adds_g)
+          copy_row(g_dst, out_cols, kPieceShift, inside, tile.ow0, out_w,
                    tile.image_g + i * int64_t(out_h) * out_w * out_c + oh * out_w * out_c, out_c, k0, out_c);
       }
     }
@@ -379,6 +400,9 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   for (int d = 0; d + 1 < kDepth; ++d) issue_next();
 
   Sums acc[TH][TW] = {};
+  MmaSums mma_acc = {};  // kMma
+  const int mma_first = k0 + kMmaSliceChannels * slot;
+  const MmaLanes mma_lanes(lane, slot, out_cols, x_image_words * 4);
   int ring = 0, g_ring = 0;  // the X and dY ring rows of the current stage
   uint32_t phases = 0;       // kTma: bit r, the parity of ring row r's barrier phase this thread waits for
   for (int64_t tile = first; tile < last; ++tile) {
@@ -396,7 +420,19 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
         __syncthreads();              // everyone's, and the ring row stage j + kDepth - 1 reuses is read
         issue_next();
       }
-      if (adds && j >= TH - 1) {
+      if constexpr (kMma) {
+        if (j >= TH - 1 && mma_first < out_c) {
+          const char* x_rows[TH];
+#pragma unroll
+          for (int a = 0; a < TH; ++a) {
+            int row = ring - (TH - 1) + a;  // X row j - TH + 1 + a
+            row += row < 0 ? kRing : 0;
+            x_rows[a] = reinterpret_cast<const char*>(ring_x + row * x_row_words);
+          }
+          mma_stage<T>(mma_acc, mma_lanes, reinterpret_cast<const char*>(ring_g + g_ring * g_row_words),
+                       x_rows);
+        }
+      } else if (adds && j >= TH - 1) {
         const uint32_t* const g_row =
             ring_g + g_ring * g_row_words + (image * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
@@ -431,6 +467,13 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();
+  const int64_t dw_elems = p.filter_elems();
+  float* out = split == 0 ? dw + problem * dw_elems
+                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  if constexpr (kMma) {  // each warp's own channels: no sums across warps
+    mma_store(mma_acc, lane, mma_first, out_c, int(p.group_c), out);
+    return;
+  }
   __syncthreads();  // the ring is read: its memory takes the warps' partial taps
 
   // The warps' partial taps, added in the CPU executor's order, then stored channel by channel.
@@ -448,9 +491,6 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, stream_blocks_pe
   }
   __syncthreads();
   if (slot != 0 || !active) return;
-  const int64_t dw_elems = p.filter_elems();
-  float* out = split == 0 ? dw + problem * dw_elems
-                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     float sums[TH][TW];
@@ -532,25 +572,25 @@ bool stream_aligned(const void* input, const void* out_grad) {
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
 // else by cp.async.
-template <typename T, int TW, bool kMultiplied>
+template <typename T, int TW, bool kMultiplied, bool kMma = false>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
                              float* workspace, long long count, cudaLaunchConfig_t config) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
-  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied>;
-  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied>))) {
+  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma>;
+  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied, kMma>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
     const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
     const cuuint32_t channels = kGroupedLanes * stream_channels(sizeof(T));
-    const cuuint32_t x_box[4] = {channels / cuuint32_t(p.out_c / p.groups), cuuint32_t(plan.x_cols), 1, 1};
+    const cuuint32_t x_channels = kMultiplied ? channels / cuuint32_t(p.out_c / p.groups) : channels;
+    const cuuint32_t x_box[4] = {x_channels, cuuint32_t(plan.x_cols), 1, 1};
     const cuuint32_t g_box[4] = {channels, cuuint32_t(plan.out_cols), 1, 1};
-    if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box,
-                     CU_TENSOR_MAP_SWIZZLE_NONE) &&
-        encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box,
-                     CU_TENSOR_MAP_SWIZZLE_NONE))
-      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied>;
+    const CUtensorMapSwizzle swizzle = kMma ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+    if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box, swizzle) &&
+        encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box, swizzle))
+      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma>;
   }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
@@ -582,6 +622,13 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
     config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
+    if constexpr (U && TW == kMmaTileW && sizeof(T) == 2) {
+      if (plan.tensor_cores) {
+        config.gridDim.y = 1;  // a block takes all taps and input channels of its groups
+        return launch_streaming<T, TW, false, true>(op, x, dy, filter_grad, workspace, count, config);
+      }
+    }
+    if (plan.tensor_cores) return cudaErrorInvalidValue;  // the planner's tensor-core layers: 16-bit, 3x3
     if constexpr (U && streamable_tile(TW)) {
       if (streaming)
         return p.out_c == p.groups

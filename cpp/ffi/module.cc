@@ -219,6 +219,7 @@ NB_MODULE(_winrs, m) {
         d["spatial_tile"] = nb::make_tuple(plan.out_rows, plan.out_cols);
         d["tile_images"] = plan.tile_images;
         d["streams"] = plan.streams;
+        d["tensor_cores"] = plan.tensor_cores;
         d["smem_bytes"] = plan.smem_bytes;
         d["splits"] = plan.splits;
         d["workspace_elems"] = plan.workspace_elems;

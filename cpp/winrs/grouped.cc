@@ -92,13 +92,24 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
   const int64_t multiplier = p.out_c / p.groups;
+  const bool unit_steps = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+                          (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
+                          p.out_h * p.out_w * p.out_c <= kIntMax;
   plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
-                 p.out_c >= kGroupedLanes * per_thread && p.stride_h == 1 && p.stride_w == 1 &&
-                 p.dilation_h == 1 && p.dilation_w == 1 && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
-                 streamable_tile(plan.tile_w) && (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
-                 p.out_h * p.out_w * p.out_c <= kIntMax;
+                 p.out_c >= kGroupedLanes * per_thread && unit_steps && plan.tiles_h == 1 &&
+                 plan.tile_h == p.filter_h && streamable_tile(plan.tile_w);
+  // On tensor cores: 16-bit groups of 2 to 16 channels, as many out as in, 3x3 (grouped.h).
+  plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&
+                      p.in_c % stream_piece_channels(element_bytes) == 0 && unit_steps &&
+                      p.filter_h == kMmaTileW && p.filter_w == kMmaTileW;
+  plan.streams = plan.streams || plan.tensor_cores;
+  if (plan.tensor_cores) {
+    plan.tile_w = plan.tile_h = kMmaTileW;
+    plan.tiles_w = plan.tiles_h = 1;
+    plan.units = p.group_c;  // the CPU executor's tasks; a GPU block takes all of them
+  }
   if (plan.streams) {
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
     plan.out_cols = stream_tile_cols(p.out_w);
@@ -110,6 +121,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;
     plan.smem_bytes =
         std::max(ring, partial) * kGroupedLanes + stream_ring_rows(plan.tile_h) * 8;  // barriers
+    if (plan.tensor_cores)  // rows of 128-byte swizzled pixels, each image's from a 1024-byte boundary
+      plan.smem_bytes = mma_ring_bytes(plan.x_cols, plan.out_cols, plan.tile_images);
   }
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
   plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);
@@ -117,7 +130,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tiles = ceil_div(p.batch, plan.tile_images) * plan.tiles_oh * plan.tiles_ow;
 
   const int64_t sm_count = std::max(1, options.sm_count);
-  const int64_t blocks = plan.channel_blocks * plan.units * op->stacked;
+  const int64_t blocks = plan.channel_blocks * (plan.tensor_cores ? 1 : plan.units) * op->stacked;
   int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
   if (options.splits <= 0) {
     if (plan.streams) {
@@ -125,8 +138,9 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
       // rings let the SMs hold (a part-filled second wave costs a whole round: 1.34x on a 5x5 layer), each
       // split at least kMinTilesPerSplit tiles (one tile per block ran 1.09-1.10x slower); on a tie, more
       // splits (H100, 2026-11-25).
-      const int64_t resident = std::min<int64_t>(stream_blocks_per_sm(plan.tile_w),
-                                                 kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
+      const int64_t resident =
+          std::min<int64_t>(plan.tensor_cores ? kMmaBlocksPerSm : stream_blocks_per_sm(plan.tile_w),
+                            kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
       const int64_t slots = sm_count * std::max<int64_t>(1, resident);
       int64_t best_rounds = 0;
       for (int64_t per_split = kMinTilesPerSplit;; ++per_split) {

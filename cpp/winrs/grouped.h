@@ -49,9 +49,10 @@ inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 
 // The streaming CUDA kernel (depthwise layers, streamable_multiplier below): a thread takes
 // kStreamBytes / sizeof(storage) consecutive channels, so that a warp reads one 128-byte line of a pixel's
-// channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows (stream_tile_cols). The block copies the tiles'
-// X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows, kStreamDepth - 1
-// rows ahead of the one its warps add, so each X and dY row is read from memory once per tile.
+// channels; a warp walks a column of 8 outputs down tiles of kStreamRows rows (stream_tile_cols). The block
+// copies the tiles' X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows,
+// kStreamDepth - 1 rows ahead of the one its warps add, so each X and dY row is read from memory once per
+// tile.
 inline constexpr int kStreamBytes = 4, kStreamRows = 16, kStreamDepth = 3;
 WINRS_HD constexpr int stream_channels(int storage_bytes) { return kStreamBytes / storage_bytes; }
 // Channels of one 16-byte copy: the streaming kernel's layers have a multiple of it.
@@ -74,6 +75,22 @@ WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_th
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
   return tile_w >= 3 && tile_w <= 7 && grouped_tile_rows(tile_w) == tile_w;
 }
+// The streaming kernel on tensor cores (grouped layers of 2 to 16 channels per group, as many in as out, in
+// 16-bit, 3x3 filters: ResNeXt's and RegNet's): each warp takes 16 of the block's 64 channels and adds, per
+// tap, the 16 x 16 product of their dY and X over a ring row's 32 pixels by mma.sync (m16n8k16, float32
+// accumulators), keeping the entries whose channels share a group (all of them at 16 per group, half at 8).
+inline constexpr int kMmaSliceChannels = 16, kMmaTileW = 3, kMmaBlocksPerSm = 4;
+WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
+  return group_c == 2 || group_c == 4 || group_c == 8 || group_c == 16;
+}
+// Its ring rows: each image's X pixels from a 1024-byte boundary (the period of the 128-byte swizzle that
+// makes ldmatrix's reads of 8 pixels' channels hit distinct banks); and its shared memory: the rows, 1024
+// bytes to align them, and the barriers.
+WINRS_HD constexpr int64_t mma_x_image_bytes(int64_t x_cols) { return (x_cols * 128 + 1023) / 1024 * 1024; }
+WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int64_t images) {
+  return images * (stream_ring_rows(kMmaTileW) * mma_x_image_bytes(x_cols) + kStreamDepth * out_cols * 128) +
+         1024 + stream_ring_rows(kMmaTileW) * 8;
+}
 // Its tiles' columns: every warp a column of 8 outputs, so maps of 16 columns or less put 32 / out_cols
 // images side by side in a tile (14x14 and 7x7 maps: 2 and 4 images), rather than leave warps idle.
 WINRS_HD constexpr int64_t stream_tile_cols(int64_t out_w) { return out_w > 16 ? 32 : out_w > 8 ? 16 : 8; }
@@ -85,6 +102,7 @@ struct GroupedPlan {
   int64_t tiles_h = 0, tiles_w = 0;
   int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
   bool streams = false;        // the GPU runs the streaming kernel (above)
+  bool tensor_cores = false;   // ... on tensor cores (implies streams)
   int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
   // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) of each of tile_images
   // consecutive images (more than one only when streaming) meet x_rows x x_cols inputs of each; tiles_oh x

@@ -231,10 +231,13 @@ class Plan:
     tile: tuple[int, int] = (0, 0)
     spatial_tile: tuple[int, int] = (0, 0)  # output rows x columns summed per step
     tile_images: int = 1  # images side by side in a step (maps of 16 columns or less when streamed)
-    # Direct depthwise layers of 1 output channel per input channel (2 or 4 where its rows stay aligned): the
-    # GPU streams X and dY row by row through a small ring in shared memory (two 16-bit or one float32
-    # channel per thread); other direct layers stage each spatial tile in shared memory first.
+    # Direct depthwise layers of 1, 2, 4 or 8 output channels per input channel: the GPU streams X and dY row
+    # by row through a small ring in shared memory (two 16-bit or one float32 channel per thread); other direct
+    # layers stage each spatial tile in shared memory first.
     streams: bool = False
+    # 16-bit 3x3 layers of 2 to 16 channels per group (as many out as in): streamed the same way, each group's
+    # channel products summed on tensor cores.
+    tensor_cores: bool = False
     splits: int = 0
     mode: str = "auto"
     choice: str = ""  # what computes the filter gradient, and the measurement behind it in mode "auto"
@@ -417,19 +420,26 @@ class Plan:
         geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
             f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
         per_thread = "two channels" if PATH_DTYPES[self.path].itemsize == 2 else "one channel"
-        reads = (f"streamed row by row through shared memory on the GPU, {per_thread} per thread" if self.streams
+        reads = ("streamed row by row through shared memory on the GPU" if self.tensor_cores
+                 else f"streamed row by row through shared memory on the GPU, {per_thread} per thread" if self.streams
                  else "staged in shared memory on the GPU")  # fmt: skip
         images = f" of each of {self.tile_images} images" if self.tile_images > 1 else ""
+        arithmetic = ("tensor cores (mma.sync m16n8k16, float32 accumulators)" if self.tensor_cores
+                      else "float32 FMA on CUDA cores")  # fmt: skip
+        summed = (f"each warp sums the {th}x{tw} taps of 16 output channels with their groups' input channels, 32 "
+                  "pixels of a row at a time" if self.tensor_cores
+                  else f"each thread sums {th}x{tw} taps of one output channel over column chunks of 8")  # fmt: skip
         return "\n".join([
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
             + (" (depthwise)" if c == 1 else "")
-            + ": direct sums, no GEMM across channels (one launch; padding, strides and dilation read in place)",
-            f"  arithmetic float32 FMA on CUDA cores, {PATH_DTYPES[self.path].name} inputs; at least as accurate "
-            f"as XLA's {self.reference} arithmetic",
-            f"  tiles      each thread sums {th}x{tw} taps of one output channel over column chunks of 8, "
-            f"{self.spatial_tile[0]}x{self.spatial_tile[1]} outputs{images} at a time ({reads}); the sum is split into "
-            f"{self.splits} parts",
+            + (": each group's products on tensor cores" if self.tensor_cores
+               else ": direct sums, no GEMM across channels")
+            + " (one launch; padding, strides and dilation read in place)",
+            f"  arithmetic {arithmetic}, {PATH_DTYPES[self.path].name} inputs; at least as accurate as XLA's "
+            f"{self.reference} arithmetic",
+            f"  tiles      {summed}, {self.spatial_tile[0]}x{self.spatial_tile[1]} outputs{images} at a time "
+            f"({reads}); the sum is split into {self.splits} parts",
             f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
             "the parts are added with compensation)",
         ])  # fmt: skip
@@ -613,11 +623,10 @@ def make_plan(
                                             "concrete shapes")  # fmt: skip
     paths, reference, reason = resolve_paths(dtype, spec.precision, options)
     groups = spec.feature_group_count
-    rank = len(lhs_shape) - 2
     dn = spec.dimension_numbers
     in_c = lhs_shape[dn.lhs_spec[1]]
-    direct = _direct_path(dtype, options) if groups > 1 else None
-    direct = direct if in_c // groups <= DIRECT_MAX_GROUP_CHANNELS else None
+    group_path = _direct_path(dtype, options) if groups > 1 else None
+    direct = group_path if in_c // groups <= DIRECT_MAX_GROUP_CHANNELS else None
     reason = reason or _unsupported(spec, np.dtype(dtype), direct is not None)
     if reason:
         return Plan(supported=False, reason=reason)
@@ -631,6 +640,10 @@ def make_plan(
         if not dense.supported:
             return dataclasses.replace(dense, reason=f"{b} batch groups: {dense.reason}")
         return dataclasses.replace(dense, batch_groups=b)
+    if group_path in ("bf16", "fp16") and in_c // groups <= TENSOR_CORE_MAX_GROUP_CHANNELS:
+        on_tensor_cores = _layer_plan(lhs_shape, rhs_shape, spec, group_path, paths, reference, options)
+        if on_tensor_cores.tensor_cores:
+            return on_tensor_cores
     if groups > 1 and dense_groups_plan(in_c, groups, lhs_shape, rhs_shape, dn, dtype):
         rhs_dense = list(rhs_shape)
         rhs_dense[dn.rhs_spec[1]] = in_c
@@ -648,7 +661,17 @@ def make_plan(
         if not one.supported:
             return dataclasses.replace(one, reason=f"{groups} groups: {one.reason}")
         return dataclasses.replace(one, groups=groups, predicted_seconds=one.predicted_seconds * groups)
+    return _layer_plan(lhs_shape, rhs_shape, spec, direct, paths, reference, options)
 
+
+def _layer_plan(
+    lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], spec: ConvSpec, direct: str | None,
+    paths: tuple[str, ...], reference: str, options: PlannerOptions,
+) -> Plan:  # fmt: skip
+    """The plan of a 1D, 2D or 3D layer as 2D problems: the direct grouped kernels' on `direct`'s path, else
+    WinRS's."""
+    dn, groups, rank = spec.dimension_numbers, spec.feature_group_count, len(lhs_shape) - 2
+    in_c = lhs_shape[dn.lhs_spec[1]]
     batch = lhs_shape[dn.lhs_spec[0]]
     out_c = rhs_shape[dn.rhs_spec[0]]
     in_hw = [lhs_shape[d] for d in dn.lhs_spec[2:]]
@@ -752,6 +775,8 @@ def dense_groups_plan(
 # The most input channels per group the direct grouped kernels take (depthwise layers have 1, ResNeXt's 4 to
 # 32); wider groups run WinRS's GEMMs, stacked. The measured choice still compares either with XLA.
 DIRECT_MAX_GROUP_CHANNELS = 8
+# ... and on tensor cores (Plan.tensor_cores), which the planner prefers to the dense layer of all channels.
+TENSOR_CORE_MAX_GROUP_CHANNELS = 16
 # The path of each input dtype on the direct kernels: its storage type, with float32 FMA arithmetic.
 _DIRECT_PATHS = {
     np.dtype(np.float32): "fp32",
@@ -803,7 +828,7 @@ def plan_grouped(
         sm_count=sm_count, forced_segments=options.segments or 0, workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
         method="direct", tile=raw["tile"], spatial_tile=raw["spatial_tile"], splits=raw["splits"],
-        streams=raw["streams"], tile_images=raw["tile_images"],
+        streams=raw["streams"], tile_images=raw["tile_images"], tensor_cores=raw["tensor_cores"],
     )  # fmt: skip
 
 
