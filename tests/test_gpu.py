@@ -328,8 +328,8 @@ def test_dense_grouped_layers_on_the_gpu(dtype, taps, rng):
     dW its diagonal blocks: against float64, to the accuracy of the dtype's dense kernels (bf16 operands: the
     paper's MARE budget for the direct kernel, 3.3e-3). 16-bit 3x3 layers run on tensor cores instead: bf16
     here is 5x5."""
-    x = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
-    dy = jnp.asarray(rng.random((8, 14, 14, 128), dtype=np.float32), dtype)
+    x = jnp.asarray(rng.random((32, 14, 14, 128), dtype=np.float32), dtype)  # a dense dW within X's bytes
+    dy = jnp.asarray(rng.random((32, 14, 14, 128), dtype=np.float32), dtype)
     w_shape = (taps, taps, 4, 128)
     fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, padding="SAME",
                            dimension_numbers=DN, feature_group_count=32, precision=lax.Precision.HIGHEST,

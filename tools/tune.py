@@ -226,23 +226,34 @@ def waves(texts: list[str]) -> None:
 
 
 def stream_splits(dtype_name: str, texts: list[str]) -> None:
-    """Depthwise layers on the streaming kernel: its time with the planner's split count and with the counts that
-    give each split 1 to 4 tiles, whether the rule's tile rounds over waves of resident blocks predict it."""
+    """Layers on the streaming kernels: their time with the planner's split count and with 1 or 2 tiles a split,
+    timed in one program each and interleaved (choice.repeated_calls), beside XLA's."""
+    import statistics
+
+    from winrs_jax import choice
     from winrs_jax.bench import suite
 
     for text in texts:
         shape = suite.Shape.parse(text)
-        layer = suite._layer(shape, dtype_name, np.random.default_rng(0))
-        base, base_ms = _timed_at(layer, None)
+        x, dy, w, kwargs = suite._layer(shape, dtype_name, np.random.default_rng(0))
+        labels, fns = ["xla"], [suite._filter_grads(w, kwargs)["xla"]]
+        base = winrs_jax.plan(x, w, **kwargs, options=winrs_jax.PlannerOptions(mode="winrs"))
         (rows, cols), (oh, ow) = base.spatial_tile, base.out_grad_hw
         tiles = -(-shape.n // base.tile_images) * -(-oh // rows) * -(-ow // cols)
-        row = dict(layer=str(shape), dtype=dtype_name, streams=base.streams, tiles=tiles)
-        print(json.dumps(row | dict(planner=True, splits=base.splits, ms=round(base_ms, 4))), flush=True)
-        for per_split in (1, 2, 3, 4, 6):
-            splits = -(-tiles // per_split)
-            if splits != base.splits:
-                plan, ms = _timed_at(layer, splits)
-                print(json.dumps(row | dict(planner=False, splits=plan.splits, ms=round(ms, 4))), flush=True)
+        for splits in dict.fromkeys((base.splits, tiles, -(-tiles // 2))):
+            opts = winrs_jax.PlannerOptions(mode="winrs", segments=splits)
+            labels.append(f"rows {rows} splits {splits}{' (planner)' if splits == base.splits else ''}")
+            fns.append(
+                functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts)
+            )
+        calls, per_call = choice.repeated_calls(fns, x, dy)
+        times: list[list[float]] = [[] for _ in fns]
+        for _ in range(5):  # rounds, the candidates interleaved
+            for i, call in enumerate(calls):
+                times[i].append(time_ms(call, 3, 0) / per_call)
+        for label, t in zip(labels, times, strict=True):
+            print(json.dumps(dict(layer=str(shape), dtype=dtype_name, candidate=label,
+                                  ms=round(statistics.median(t), 4))), flush=True)  # fmt: skip
 
 
 def grouped(dtype_name: str, texts: list[str]) -> None:

@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
   static_assert(!kMma || (sizeof(T) == 2 && TW == kMmaTileW && !kMultiplied));
   constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
-  constexpr int kRing = stream_ring_rows(TH), kDepth = kStreamDepth;
+  constexpr int kDepth = kMma ? kMmaDepth : kStreamDepth, kRing = TH + kDepth - 1;  // stream_ring_rows
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
   constexpr int kPieceChannels = 16 / sizeof(T), kPieces = kGroupedLanes * kStreamBytes / 16;
   using Sums = StreamSums<T>;

@@ -79,7 +79,9 @@ WINRS_HD constexpr bool streamable_tile(int tile_w) {
 // 16-bit, 3x3 filters: ResNeXt's and RegNet's): each warp takes 16 of the block's 64 channels and adds, per
 // tap, the 16 x 16 product of their dY and X over a ring row's 32 pixels by mma.sync (m16n8k16, float32
 // accumulators), keeping the entries whose channels share a group (all of them at 16 per group, half at 8).
-inline constexpr int kMmaSliceChannels = 16, kMmaTileW = 3, kMmaBlocksPerSm = 4;
+// Its copies run kMmaDepth - 1 rows ahead (2, 4: alike on the H100; its warps' chains of loads and MMAs bound
+// it, not the copies' latency).
+inline constexpr int kMmaSliceChannels = 16, kMmaTileW = 3, kMmaBlocksPerSm = 3, kMmaDepth = 5;
 WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
   return group_c == 2 || group_c == 4 || group_c == 8 || group_c == 16;
 }
@@ -88,8 +90,8 @@ WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
 // bytes to align them, and the barriers.
 WINRS_HD constexpr int64_t mma_x_image_bytes(int64_t x_cols) { return (x_cols * 128 + 1023) / 1024 * 1024; }
 WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int64_t images) {
-  return images * (stream_ring_rows(kMmaTileW) * mma_x_image_bytes(x_cols) + kStreamDepth * out_cols * 128) +
-         1024 + stream_ring_rows(kMmaTileW) * 8;
+  constexpr int64_t x_rows = kMmaTileW + kMmaDepth - 1;
+  return images * (x_rows * mma_x_image_bytes(x_cols) + kMmaDepth * out_cols * 128) + 1024 + x_rows * 8;
 }
 // Its tiles' columns: every warp a column of 8 outputs, so maps of 16 columns or less put 32 / out_cols
 // images side by side in a tile (14x14 and 7x7 maps: 2 and 4 images), rather than leave warps idle.
