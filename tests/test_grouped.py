@@ -225,25 +225,27 @@ def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images
 
 
 @pytest.mark.parametrize(
-    "n, size, channels, taps, blocks_per_sm, tiles_per_split",
+    "n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split",
     [
-        (128, 28, 240, 5, 3, 3),  # by two tiles a split: 512 blocks, 1.3 waves of 396; one wave of 3 instead
-        (64, 56, 128, 3, 6, 2),  # 512 blocks of two tiles fit one wave: not one tile a split
+        (128, 28, 240, 5, 1, 3, 3),  # by two tiles a split: 512 blocks, 1.3 waves of 396; one wave of 3
+        (64, 56, 128, 3, 1, 6, 2),  # 512 blocks of two tiles fit one wave: not one tile a split
+        (64, 14, 512, 3, 16, 3, 1),  # tensor cores: 128 blocks of two tiles would leave SMs idle; 256 of one
     ],
 )
 def test_streaming_splits_take_the_fewest_tile_rounds(
-    n, size, channels, taps, blocks_per_sm, tiles_per_split
+    n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split
 ):
     """The streaming kernel's split count: the fewest rounds of tiles over waves of resident blocks (registers and
-    rings: 3 blocks per SM at 5x5, 6 at 3x3), at least two tiles a split."""
+    rings: 3 blocks per SM at 5x5, 6 at 3x3, 3 on tensor cores), at least two tiles a split unless that leaves
+    SMs without a block."""
     x = jax.ShapeDtypeStruct((n, size, size, channels), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((taps, taps, 1, channels), jnp.bfloat16)
-    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=channels,
+    w = jax.ShapeDtypeStruct((taps, taps, group_c, channels), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=channels // group_c,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.streams
     rows, cols = plan.spatial_tile
     tiles = -(-n // plan.tile_images) * -(-size // rows) * -(-size // cols)
-    blocks = plan.splits * -(-channels // 64)  # a block: 32 lanes of two bf16 channels
+    blocks = plan.splits * -(-channels // 64)  # a block: 32 lanes of two bf16 channels, or 4 warps of 16
     assert -(-tiles // plan.splits) == tiles_per_split
     assert blocks <= plan.sm_count * blocks_per_sm  # one wave
 

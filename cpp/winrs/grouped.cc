@@ -136,14 +136,17 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     if (plan.streams) {
       // The streaming kernel: the fewest rounds of tiles, counting the waves of blocks that the registers and
       // rings let the SMs hold (a part-filled second wave costs a whole round: 1.34x on a 5x5 layer), each
-      // split at least kMinTilesPerSplit tiles (one tile per block ran 1.09-1.10x slower); on a tie, more
-      // splits (H100, 2026-11-25).
+      // split at least kMinTilesPerSplit tiles (one tile per block ran 1.09-1.10x slower) unless that leaves
+      // SMs without a block (the tensor-core layer 3x3 64:14:512 g32: 128 blocks of two tiles 0.034 ms, 256
+      // of one 0.030 in four runs); on a tie, more splits (H100, 2026-11-25).
+      const int64_t min_tiles =
+          blocks * ceil_div(plan.tiles, kMinTilesPerSplit) < sm_count ? 1 : kMinTilesPerSplit;
       const int64_t resident =
           std::min<int64_t>(plan.tensor_cores ? kMmaBlocksPerSm : stream_blocks_per_sm(plan.tile_w),
                             kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
       const int64_t slots = sm_count * std::max<int64_t>(1, resident);
       int64_t best_rounds = 0;
-      for (int64_t per_split = kMinTilesPerSplit;; ++per_split) {
+      for (int64_t per_split = min_tiles;; ++per_split) {
         const int64_t count = ceil_div(plan.tiles, per_split);
         const int64_t rounds = ceil_div(blocks * count, slots) * per_split;
         if (best_rounds == 0 || rounds < best_rounds) best_rounds = rounds, splits = count;
