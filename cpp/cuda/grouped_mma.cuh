@@ -52,8 +52,8 @@ constexpr Operand mma_operand() {
 }
 
 // One stage: dY row g_row (the ring's) with X rows x_rows[a] (the TH rows it meets, in order). A row's
-// fragments are all loaded before its MMAs (the asm keeps program order: a load between MMAs waited its whole
-// latency, 7.6 cycles per instruction with one warp per scheduler on the H100; 1.1-1.2x faster so).
+// fragments are all loaded before its MMAs (the asm keeps program order, so a load between MMAs waited out
+// its latency: 1.1-1.2x faster so on the H100).
 template <typename T>
 __device__ __forceinline__ void mma_stage(MmaSums& acc, const MmaLanes& lanes, const char* g_row,
                                           const char* const (&x_rows)[kMmaTileW]) {
