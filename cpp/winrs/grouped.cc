@@ -104,12 +104,7 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&
                       p.in_c % stream_piece_channels(element_bytes) == 0 && unit_steps &&
                       p.filter_h == kMmaTileW && p.filter_w == kMmaTileW;
-  plan.streams = plan.streams || plan.tensor_cores;
-  if (plan.tensor_cores) {
-    plan.tile_w = plan.tile_h = kMmaTileW;
-    plan.tiles_w = plan.tiles_h = 1;
-    plan.units = p.group_c;  // the CPU executor's tasks; a GPU block takes all of them
-  }
+  plan.streams = plan.streams || plan.tensor_cores;  // its 3x3 tap tile and units are the plan's above
   if (plan.streams) {
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
     plan.out_cols = stream_tile_cols(p.out_w);
