@@ -58,6 +58,9 @@ CASES = [
     ((3, 14, 13, 64), (5, 5), 1, 64, (1, 1), ((2, 2), (2, 2)), (1, 1)),
     ((5, 7, 7, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
     ((3, 9, 10, 32), (3, 3), 2, 32, (1, 1), ((1, 1), (1, 1)), (1, 1)),  # multiplier 2, 2 images a tile
+    # Stride 2 streamed: a tile's X rows as stages, a dY row at every other one
+    ((2, 20, 70, 64), (3, 3), 1, 64, (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 35 output columns: two tiles a row
+    ((3, 13, 15, 64), (5, 5), 1, 64, (2, 2), ((2, 2), (2, 1)), (1, 1)),  # 7x7 outputs: 4 images a tile
 ]
 
 
@@ -202,22 +205,25 @@ def test_depthwise_layers_stream_on_the_gpu(dtype, channels, multiplier, groups,
 
 
 @pytest.mark.parametrize(
-    "size, taps, streams, spatial_tile, images",
+    "size, taps, streams, spatial_tile, images, stride",
     [
-        (56, 3, True, (16, 32), 1),
-        (21, 3, True, (16, 32), 1),  # 21 columns: one image, a warp's column past the map idle
-        (14, 5, True, (14, 16), 2),  # EfficientNet's 14x14 maps: two images, every warp busy
-        (7, 3, True, (7, 8), 4),  # MobileNet's 7x7 maps: four images
-        (28, 7, True, (16, 32), 1),  # ConvNeXt's 7x7 filters
-        (28, 6, False, (2, 32), 1),  # 6x6: tiles of 4 x 6 taps, staged
+        (56, 3, True, (16, 32), 1, 1),
+        (21, 3, True, (16, 32), 1, 1),  # 21 columns: one image, a warp's column past the map idle
+        (14, 5, True, (14, 16), 2, 1),  # EfficientNet's 14x14 maps: two images, every warp busy
+        (7, 3, True, (7, 8), 4, 1),  # MobileNet's 7x7 maps: four images
+        (28, 7, True, (16, 32), 1, 1),  # ConvNeXt's 7x7 filters
+        (28, 6, False, (2, 32), 1, 1),  # 6x6: tiles of 4 x 6 taps, staged
+        (112, 3, True, (16, 32), 1, 2),  # stride 2 (MobileNetV2's downsampling)
+        (28, 5, True, (14, 16), 2, 2),  # stride 2 to 14x14 outputs (EfficientNet's)
+        (28, 7, False, (2, 16), 1, 2),  # stride 2 with a 7x7 filter: staged
     ],
 )
-def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images):
+def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images, stride):
     """The streaming kernel's tiles: 32 columns of one image, or of 2 or 4 images on maps of 16 columns or less
     (each warp a column of 8 outputs), and square filters of 3x3 to 7x7."""
     x = jax.ShapeDtypeStruct((9, size, size, 128), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((taps, taps, 1, 128), jnp.bfloat16)
-    plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=128,
+    plan = winrs_jax.plan(x, w, (stride, stride), "SAME", dimension_numbers=NHWC, feature_group_count=128,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.method == "direct" and plan.streams == streams
     assert plan.spatial_tile == spatial_tile and plan.tile_images == images

@@ -261,7 +261,12 @@ struct StreamMaps {
 //
 // kMma (grouped layers on tensor cores, grouped.h): warp `slot` takes channels 16 slot .. 16 slot + 15 of the
 // block's 64 (an mma slice) instead of a column, and the rows' pixels are 128-byte swizzled.
-template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false>
+//
+// kStride (1, or 2 in both directions: MobileNet's and EfficientNet's downsampling layers): a tile's stages
+// are its X rows, a dY row added at every kStride-th from TH - 1 on, and a warp's chunk meets X columns
+// kStride c0
+// .. kStride (c0 + 7) + TW - 1.
+template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false, int kStride = 1>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
                                   kMma ? kMmaBlocksPerSm : stream_blocks_per_sm(TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
@@ -269,6 +274,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
                              long long grad_stride, const __grid_constant__ StreamMaps maps) {
   if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
   static_assert(!kMma || (sizeof(T) == 2 && TW == kMmaTileW && !kMultiplied));
+  static_assert(kStride == 1 || (kStride == 2 && !kMma && !kMultiplied));
   constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
   constexpr int kDepth = kMma ? kMmaDepth : kStreamDepth, kRing = TH + kDepth - 1;  // stream_ring_rows
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
@@ -309,8 +315,9 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
   const int g_image0 = grad_stride == 0 ? 0 : int(problem * p.batch);
 
-  // A tile's rows go through the ring as rows + TH - 1 stages: stage j copies X row j of the tile's window
-  // and, from j = TH - 1 on, dY row j - TH + 1, which the warps then add with X rows j - TH + 1 .. j.
+  // A tile's rows go through the ring as (rows - 1) kStride + TH stages: stage j copies X row j of the tile's
+  // window and, from j = TH - 1 on at every kStride-th, dY row (j - TH + 1) / kStride, which the warps then
+  // add with X rows j - TH + 1 .. j.
   struct Tile {
     int n, images, ih0, iw0, oh0, ow0, rows;  // images: those of the tile inside the batch
     const T *image_x, *image_g;               // offsets within one image fit 32 bits (the planner checks)
@@ -345,9 +352,11 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1. kMma
   // sums every pixel of a ring row: images past the batch are copied as zeros (a TMA box past the maps' last
   // image; another problem's images may follow this one's).
+  auto adds_at = [](int j) { return j >= TH - 1 && (j - (TH - 1)) % kStride == 0; };
+  auto stages = [](const Tile& tile) { return (tile.rows - 1) * kStride + TH; };
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
-    const int ih = tile.ih0 + j, oh = tile.oh0 + j - (TH - 1);
-    const bool adds_g = j >= TH - 1;
+    const int ih = tile.ih0 + j, oh = tile.oh0 + (j - (TH - 1)) / kStride;
+    const bool adds_g = adds_at(j);
     const int copied = kMma ? images : tile.images;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
@@ -385,7 +394,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
       if (!kTma || thread == 0) issue(copying, copy_j, copy_ring, copy_g_ring);
       copy_ring = copy_ring + 1 == kRing ? 0 : copy_ring + 1;
       copy_g_ring = copy_g_ring + 1 == kDepth ? 0 : copy_g_ring + 1;
-      if (++copy_j == copying.rows + TH - 1 && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
+      if (++copy_j == stages(copying) && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
     }
     if constexpr (!kTma) cp_async_commit();  // empty groups past the end keep the count of groups in step
   };
@@ -409,7 +418,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     const Tile adding = tile_at(tile);
     // for_slot_chunks skips images past the batch and columns past the output
     const bool adds = active && image < adding.images && adding.ow0 + c0 < out_w;
-    for (int j = 0; j < adding.rows + TH - 1; ++j) {
+    for (int j = 0; j < stages(adding); ++j) {
       if constexpr (kTma) {
         __syncthreads();  // the ring row stage j + kDepth - 1 reuses is read
         issue_next();
@@ -432,7 +441,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
           mma_stage<T>(mma_acc, mma_lanes, reinterpret_cast<const char*>(ring_g + g_ring * g_row_words),
                        x_rows);
         }
-      } else if (adds && j >= TH - 1) {
+      } else if (adds && adds_at(j)) {
         const uint32_t* const g_row =
             ring_g + g_ring * g_row_words + (image * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
@@ -442,7 +451,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
         for (int a = 0; a < TH; ++a) {
           int row = ring - (TH - 1) + a;  // X row j - TH + 1 + a
           row += row < 0 ? kRing : 0;
-          Sums w[C + TW - 1];
+          Sums w[kStride * (C - 1) + TW];
           if constexpr (kMultiplied) {  // the lane's X channel, once for its V channels
             const T* const x_row = reinterpret_cast<const T*>(ring_x + row * x_row_words +
                                                               image * x_image_words + c0 * x_words) +
@@ -455,11 +464,19 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
             }
           } else {
             const uint32_t* const x_row =
-                ring_x + row * x_row_words + image * x_image_words + c0 * kGroupedLanes + lane;
+                ring_x + row * x_row_words + image * x_image_words + kStride * c0 * kGroupedLanes + lane;
 #pragma unroll
-            for (int u = 0; u < C + TW - 1; ++u) w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
+            for (int u = 0; u < kStride * (C - 1) + TW; ++u)
+              w[u] = unpack_stream(x_row[u * kGroupedLanes], T{});
           }
-          grouped_row_products<TW>(w, g, acc[a]);
+          if constexpr (kStride == 1) {
+            grouped_row_products<TW>(w, g, acc[a]);
+          } else {  // grouped_chunk's order: tap by tap, columns in turn
+#pragma unroll
+            for (int b = 0; b < TW; ++b)
+#pragma unroll
+              for (int i = 0; i < C; ++i) fma_into(acc[a][b], w[kStride * i + b], g[i]);
+          }
         }
       }
       ring = ring + 1 == kRing ? 0 : ring + 1;
@@ -572,14 +589,15 @@ bool stream_aligned(const void* input, const void* out_grad) {
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
 // else by cp.async.
-template <typename T, int TW, bool kMultiplied, bool kMma = false>
+template <typename T, int TW, bool kMultiplied, bool kMma = false, int kStride = 1>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
                              float* workspace, long long count, cudaLaunchConfig_t config) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
-  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma>;
-  if (loads_sm90a(reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied, kMma>))) {
+  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma, kStride>;
+  if (loads_sm90a(
+          reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
     const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
@@ -590,7 +608,7 @@ cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_g
     const CUtensorMapSwizzle swizzle = kMma ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box, swizzle) &&
         encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box, swizzle))
-      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma>;
+      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride>;
   }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
@@ -629,6 +647,10 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
       }
     }
     if (plan.tensor_cores) return cudaErrorInvalidValue;  // the planner's tensor-core layers: 16-bit, 3x3
+    if constexpr (!U && streamable_strided_tile(TW)) {
+      if (streaming)  // the planner streams strided layers at stride 2 in both directions
+        return launch_streaming<T, TW, false, false, 2>(op, x, dy, filter_grad, workspace, count, config);
+    }
     if constexpr (U && streamable_tile(TW)) {
       if (streaming)
         return p.out_c == p.groups

@@ -95,10 +95,15 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   const bool unit_steps = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
                           (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
                           p.out_h * p.out_w * p.out_c <= kIntMax;
+  // ... or at stride 2 in both directions (multiplier 1, 3x3 or 5x5: downsampling layers).
+  const bool stride_two = p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 && p.dilation_w == 1 &&
+                          (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
+                          p.out_h * p.out_w * p.out_c <= kIntMax && multiplier == 1 &&
+                          streamable_strided_tile(plan.tile_w);
   plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
-                 p.out_c >= kGroupedLanes * per_thread && unit_steps && plan.tiles_h == 1 &&
+                 p.out_c >= kGroupedLanes * per_thread && (unit_steps || stride_two) && plan.tiles_h == 1 &&
                  plan.tile_h == p.filter_h && streamable_tile(plan.tile_w);
   // On tensor cores: 16-bit groups of 2 to 16 channels, as many out as in, 3x3 (grouped.h).
   plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&
@@ -109,8 +114,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
     plan.out_cols = stream_tile_cols(p.out_w);
     plan.tile_images = kGroupedChunk * kGroupedSlots / plan.out_cols;
-    plan.x_rows = plan.out_rows + p.filter_h - 1;
-    plan.x_cols = plan.out_cols + p.filter_w - 1;
+    plan.x_rows = (plan.out_rows - 1) * p.stride_h + p.filter_h;
+    plan.x_cols = (plan.out_cols - 1) * p.stride_w + p.filter_w;
     const int64_t ring = (stream_ring_rows(plan.tile_h) * plan.x_cols + kStreamDepth * plan.out_cols) *
                          plan.tile_images * kStreamBytes;
     const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;

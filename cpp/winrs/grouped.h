@@ -75,6 +75,8 @@ WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_th
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
   return tile_w >= 3 && tile_w <= 7 && grouped_tile_rows(tile_w) == tile_w;
 }
+// Tap tiles it takes at stride 2 (in both directions, multiplier 1): 3x3 and 5x5.
+WINRS_HD constexpr bool streamable_strided_tile(int tile_w) { return tile_w == 3 || tile_w == 5; }
 // The streaming kernel on tensor cores (grouped layers of 2 to 16 channels per group, as many in as out, in
 // 16-bit, 3x3 filters: ResNeXt's and RegNet's): each warp takes 16 of the block's 64 channels and adds, per
 // tap, the 16 x 16 product of their dY and X over a ring row's 32 pixels by mma.sync (m16n8k16, float32
