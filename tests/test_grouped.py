@@ -61,6 +61,11 @@ CASES = [
     # Stride 2 streamed: a tile's X rows as stages, a dY row at every other one
     ((2, 20, 70, 64), (3, 3), 1, 64, (2, 2), ((1, 1), (1, 1)), (1, 1)),  # 35 output columns: two tiles a row
     ((3, 13, 15, 64), (5, 5), 1, 64, (2, 2), ((2, 2), (2, 1)), (1, 1)),  # 7x7 outputs: 4 images a tile
+    # 1D layers streamed: tiles of 8 x 32 consecutive positions, the last tile and row part-filled
+    ((2, 1, 300, 64), (1, 4), 1, 64, (1, 1), ((0, 0), (3, 0)), (1, 1)),  # Mamba's causal k = 4
+    ((3, 1, 70, 96), (1, 5), 1, 96, (1, 1), ((0, 0), (2, 2)), (1, 1)),  # k = 5, 1.5 blocks of 16-bit channels
+    ((2, 1, 41, 64), (1, 2), 1, 64, (1, 1), ((0, 0), (0, 1)), (1, 1)),  # two taps
+    ((1, 1, 530, 64), (1, 8), 1, 64, (1, 1), ((0, 0), (7, 0)), (1, 1)),  # eight taps, three tiles
 ]
 
 
@@ -228,6 +233,25 @@ def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images
     assert plan.method == "direct" and plan.streams == streams
     assert plan.spatial_tile == spatial_tile and plan.tile_images == images
     assert (f"of each of {images} images at a time" in str(plan)) == (images > 1)
+
+
+@pytest.mark.parametrize(
+    "length, taps, pads, streams, spatial_tile",
+    [
+        (2048, 4, (3, 0), True, (1, 256)),  # Mamba's causal k = 4
+        (1024, 5, (2, 2), True, (1, 256)),
+        (1000, 9, (4, 4), False, (1, 64)),  # more than 8 taps: two tap tiles of 5, staged
+    ],
+)
+def test_one_d_layers_stream_along_their_row(length, taps, pads, streams, spatial_tile):
+    """1D depthwise layers of 2 to 8 taps stream: a tile is 8 rows of 32 outputs one after another along the
+    sequence, one tap row per thread."""
+    x = jax.ShapeDtypeStruct((16, length, 256), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((taps, 1, 256), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1,), (pads,), dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=256,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.method == "direct" and plan.streams == streams and plan.spatial_tile == spatial_tile
+    assert plan.tile == ((1, taps) if streams else (5, 5))
 
 
 @pytest.mark.parametrize(

@@ -33,12 +33,14 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
             // The image's X window and dY as the kernels copy them: zero outside the arrays.
             const int64_t n = o.n + image;
             auto x_at = [&](int64_t row, int64_t col) {
-              const int64_t ih = o.ih + row, iw = o.iw + col;
+              const TileOffset at = tile_offset(plan, row, col);
+              const int64_t ih = o.ih + at.row, iw = o.iw + at.col;
               if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
               return load_storage<S>(b.input, x0 + ((n * p.in_h + ih) * p.in_w + iw) * p.in_c + channel);
             };
             auto g_at = [&](int64_t row, int64_t col) {
-              const int64_t oh = o.oh + row, ow = o.ow + col;
+              const TileOffset at = tile_offset(plan, row, col);
+              const int64_t oh = o.oh + at.row, ow = o.ow + at.col;
               if (oh >= p.out_h || ow >= p.out_w) return 0.0f;
               return load_storage<S>(b.out_grad, dy0 + ((n * p.out_h + oh) * p.out_w + ow) * p.out_c + k);
             };

@@ -266,17 +266,23 @@ struct StreamMaps {
 // are its X rows, a dY row added at every kStride-th from TH - 1 on, and a warp's chunk meets X columns
 // kStride c0
 // .. kStride (c0 + 7) + TW - 1.
-template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false, int kStride = 1>
+//
+// kSequence (1D layers, plan.sequence): one row of taps (TH 1), and a tile's rows follow each other along the
+// layer's one row, out_cols apart (tile_offset): stage j copies X and dY at columns j out_cols on.
+template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false, int kStride = 1,
+          bool kSequence = false>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
-                                  kMma ? kMmaBlocksPerSm : stream_blocks_per_sm(TW))
+                                  kMma ? kMmaBlocksPerSm
+                                       : stream_blocks_per_sm(kSequence ? 1 : grouped_tile_rows(TW), TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
                              long long grad_stride, const __grid_constant__ StreamMaps maps) {
   if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
   static_assert(!kMma || (sizeof(T) == 2 && TW == kMmaTileW && !kMultiplied));
   static_assert(kStride == 1 || (kStride == 2 && !kMma && !kMultiplied));
-  constexpr int TH = grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
-  constexpr int kDepth = kMma ? kMmaDepth : kStreamDepth, kRing = TH + kDepth - 1;  // stream_ring_rows
+  static_assert(!kSequence || (kStride == 1 && !kMma && !kMultiplied));
+  constexpr int TH = kSequence ? 1 : grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
+  constexpr int kDepth = kMma ? kMmaDepth : stream_depth(TH), kRing = TH + kDepth - 1;  // stream_ring_rows
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
   constexpr int kPieceChannels = 16 / sizeof(T), kPieces = kGroupedLanes * kStreamBytes / 16;
   using Sums = StreamSums<T>;
@@ -330,7 +336,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
                 int(o.iw),
                 int(o.oh),
                 int(o.ow),
-                min(int(plan.out_rows), out_h - int(o.oh)),
+                kSequence ? min(int(plan.out_rows), (out_w - int(o.ow) + out_cols - 1) / out_cols)
+                          : min(int(plan.out_rows), out_h - int(o.oh)),
                 x + o.n * p.in_h * p.in_w * p.in_c + x_k0,
                 dy + o.n * p.out_h * p.out_w * p.out_c + k0};
   };
@@ -355,7 +362,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   auto adds_at = [](int j) { return j >= TH - 1 && (j - (TH - 1)) % kStride == 0; };
   auto stages = [](const Tile& tile) { return (tile.rows - 1) * kStride + TH; };
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
-    const int ih = tile.ih0 + j, oh = tile.oh0 + (j - (TH - 1)) / kStride;
+    const int ih = tile.ih0 + (kSequence ? 0 : j), oh = tile.oh0 + (kSequence ? 0 : (j - (TH - 1)) / kStride);
+    const int iw = tile.iw0 + (kSequence ? j * out_cols : 0), ow = tile.ow0 + (kSequence ? j * out_cols : 0);
     const bool adds_g = adds_at(j);
     const int copied = kMma ? images : tile.images;
     if constexpr (kTma) {
@@ -369,16 +377,16 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
       const bool inside = i < tile.images;
       if constexpr (kTma) {
         constexpr int kPastMaps = 1 << 30;
-        tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, tile.iw0, ih,
+        tma_load_4d(x_dst, &maps.x, full + ring_row, x_k0, iw, ih,
                     inside ? x_image0 + tile.n + i : kPastMaps);
         if (adds_g)
-          tma_load_4d(g_dst, &maps.g, full + ring_row, k0, tile.ow0, oh,
+          tma_load_4d(g_dst, &maps.g, full + ring_row, k0, ow, oh,
                       inside ? g_image0 + tile.n + i : kPastMaps);
       } else {
-        copy_row(x_dst, x_cols, kPieceShift - m_shift, inside && unsigned(ih) < unsigned(in_h), tile.iw0,
-                 in_w, tile.image_x + i * int64_t(in_h) * in_w * in_c + ih * in_w * in_c, in_c, x_k0, in_c);
+        copy_row(x_dst, x_cols, kPieceShift - m_shift, inside && unsigned(ih) < unsigned(in_h), iw, in_w,
+                 tile.image_x + i * int64_t(in_h) * in_w * in_c + ih * in_w * in_c, in_c, x_k0, in_c);
         if (adds_g)
-          copy_row(g_dst, out_cols, kPieceShift, inside, tile.ow0, out_w,
+          copy_row(g_dst, out_cols, kPieceShift, inside, ow, out_w,
                    tile.image_g + i * int64_t(out_h) * out_w * out_c + oh * out_w * out_c, out_c, k0, out_c);
       }
     }
@@ -417,7 +425,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   for (int64_t tile = first; tile < last; ++tile) {
     const Tile adding = tile_at(tile);
     // for_slot_chunks skips images past the batch and columns past the output
-    const bool adds = active && image < adding.images && adding.ow0 + c0 < out_w;
+    const bool adds = active && image < adding.images && (kSequence || adding.ow0 + c0 < out_w);
     for (int j = 0; j < stages(adding); ++j) {
       if constexpr (kTma) {
         __syncthreads();  // the ring row stage j + kDepth - 1 reuses is read
@@ -441,7 +449,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
           mma_stage<T>(mma_acc, mma_lanes, reinterpret_cast<const char*>(ring_g + g_ring * g_row_words),
                        x_rows);
         }
-      } else if (adds && adds_at(j)) {
+      } else if (adds && adds_at(j) && (!kSequence || adding.ow0 + j * out_cols + c0 < out_w)) {
         const uint32_t* const g_row =
             ring_g + g_ring * g_row_words + (image * out_cols + c0) * kGroupedLanes + lane;
         Sums g[C];
@@ -521,7 +529,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
       }
     GroupedTask channel = t;
     channel.k += v;
-    grouped_store<TW>(p, channel, sums, out);
+    grouped_store<TW, TH>(p, channel, sums, out);
   }
 }
 
@@ -589,15 +597,15 @@ bool stream_aligned(const void* input, const void* out_grad) {
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
 // else by cp.async.
-template <typename T, int TW, bool kMultiplied, bool kMma = false, int kStride = 1>
+template <typename T, int TW, bool kMultiplied, bool kMma = false, int kStride = 1, bool kSequence = false>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
                              float* workspace, long long count, cudaLaunchConfig_t config) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
-  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma, kStride>;
-  if (loads_sm90a(
-          reinterpret_cast<const void*>(grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride>))) {
+  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma, kStride, kSequence>;
+  if (loads_sm90a(reinterpret_cast<const void*>(
+          grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride, kSequence>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
     const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
@@ -608,7 +616,7 @@ cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_g
     const CUtensorMapSwizzle swizzle = kMma ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box, swizzle) &&
         encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box, swizzle))
-      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride>;
+      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride, kSequence>;
   }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
@@ -651,6 +659,12 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
       if (streaming)  // the planner streams strided layers at stride 2 in both directions
         return launch_streaming<T, TW, false, false, 2>(op, x, dy, filter_grad, workspace, count, config);
     }
+    if constexpr (U && streamable_sequence_tile(TW)) {
+      if (plan.sequence)
+        return launch_streaming<T, TW, false, false, 1, true>(op, x, dy, filter_grad, workspace, count,
+                                                              config);
+    }
+    if (plan.sequence) return cudaErrorInvalidValue;  // the planner's 1D layers: unit steps, 2 to 8 taps
     if constexpr (U && streamable_tile(TW)) {
       if (streaming)
         return p.out_c == p.groups

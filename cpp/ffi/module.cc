@@ -216,7 +216,9 @@ NB_MODULE(_winrs, m) {
         d["tap_tiles"] = nb::make_tuple(plan.tiles_h, plan.tiles_w);
         d["units"] = plan.units;
         d["tiles"] = plan.tiles;
-        d["spatial_tile"] = nb::make_tuple(plan.out_rows, plan.out_cols);
+        // a 1D layer's streamed tile: out_rows x out_cols consecutive positions of its one row
+        d["spatial_tile"] = plan.sequence ? nb::make_tuple(int64_t(1), plan.out_rows * plan.out_cols)
+                                          : nb::make_tuple(plan.out_rows, plan.out_cols);
         d["tile_images"] = plan.tile_images;
         d["streams"] = plan.streams;
         d["tensor_cores"] = plan.tensor_cores;

@@ -100,24 +100,31 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
                           (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
                           p.out_h * p.out_w * p.out_c <= kIntMax && multiplier == 1 &&
                           streamable_strided_tile(plan.tile_w);
+  // ... or a 1D layer of 2 to 8 taps at unit steps, multiplier 1: its rows follow each other (grouped.h).
+  plan.sequence = p.out_h == 1 && p.filter_h == 1 && plan.tiles_w == 1 && multiplier == 1 && unit_steps &&
+                  streamable_sequence_tile(plan.tile_w);
   plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
-                 p.out_c >= kGroupedLanes * per_thread && (unit_steps || stride_two) && plan.tiles_h == 1 &&
-                 plan.tile_h == p.filter_h && streamable_tile(plan.tile_w);
+                 p.out_c >= kGroupedLanes * per_thread &&
+                 (plan.sequence || ((unit_steps || stride_two) && plan.tiles_h == 1 &&
+                                    plan.tile_h == p.filter_h && streamable_tile(plan.tile_w)));
+  plan.sequence = plan.sequence && plan.streams;
+  if (plan.sequence) plan.tile_h = 1;  // its one row of taps (grouped_task then sums one row)
   // On tensor cores: 16-bit groups of 2 to 16 channels, as many out as in, 3x3 (grouped.h).
   plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&
                       p.in_c % stream_piece_channels(element_bytes) == 0 && unit_steps &&
                       p.filter_h == kMmaTileW && p.filter_w == kMmaTileW;
   plan.streams = plan.streams || plan.tensor_cores;  // its 3x3 tap tile and units are the plan's above
   if (plan.streams) {
-    plan.out_rows = std::min<int64_t>(kStreamRows, p.out_h);
-    plan.out_cols = stream_tile_cols(p.out_w);
+    plan.out_rows = plan.sequence ? kSequenceRows : std::min<int64_t>(kStreamRows, p.out_h);
+    plan.out_cols = plan.sequence ? kGroupedChunk * kGroupedSlots : stream_tile_cols(p.out_w);
     plan.tile_images = kGroupedChunk * kGroupedSlots / plan.out_cols;
-    plan.x_rows = (plan.out_rows - 1) * p.stride_h + p.filter_h;
+    plan.x_rows = plan.sequence ? 1 : (plan.out_rows - 1) * p.stride_h + p.filter_h;
     plan.x_cols = (plan.out_cols - 1) * p.stride_w + p.filter_w;
-    const int64_t ring = (stream_ring_rows(plan.tile_h) * plan.x_cols + kStreamDepth * plan.out_cols) *
-                         plan.tile_images * kStreamBytes;
+    const int64_t ring =
+        (stream_ring_rows(plan.tile_h) * plan.x_cols + stream_depth(plan.tile_h) * plan.out_cols) *
+        plan.tile_images * kStreamBytes;
     const int64_t partial = int64_t(kGroupedSlots - 1) * plan.tile_h * plan.tile_w * per_thread * 4;
     plan.smem_bytes =
         std::max(ring, partial) * kGroupedLanes + stream_ring_rows(plan.tile_h) * 8;  // barriers
@@ -125,8 +132,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
       plan.smem_bytes = mma_ring_bytes(plan.x_cols, plan.out_cols, plan.tile_images);
   }
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
-  plan.tiles_oh = ceil_div(p.out_h, plan.out_rows);
-  plan.tiles_ow = ceil_div(p.out_w, plan.out_cols);
+  plan.tiles_oh = plan.sequence ? 1 : ceil_div(p.out_h, plan.out_rows);
+  plan.tiles_ow = ceil_div(p.out_w, plan.out_cols * (plan.sequence ? plan.out_rows : 1));
   plan.tiles = ceil_div(p.batch, plan.tile_images) * plan.tiles_oh * plan.tiles_ow;
 
   const int64_t sm_count = std::max(1, options.sm_count);
@@ -141,9 +148,9 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
       // of one 0.030 in four runs); on a tie, more splits (H100, 2026-11-25).
       const int64_t min_tiles =
           blocks * ceil_div(plan.tiles, kMinTilesPerSplit) < sm_count ? 1 : kMinTilesPerSplit;
-      const int64_t resident =
-          std::min<int64_t>(plan.tensor_cores ? kMmaBlocksPerSm : stream_blocks_per_sm(plan.tile_w),
-                            kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
+      const int64_t resident = std::min<int64_t>(
+          plan.tensor_cores ? kMmaBlocksPerSm : stream_blocks_per_sm(plan.tile_h, plan.tile_w),
+          kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
       const int64_t slots = sm_count * std::max<int64_t>(1, resident);
       int64_t best_rounds = 0;
       for (int64_t per_split = min_tiles;; ++per_split) {

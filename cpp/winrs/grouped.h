@@ -53,16 +53,26 @@ inline constexpr int64_t kGroupedMaxSmemBytes = 48 * 1024;
 // copies the tiles' X and dY rows (16-byte channel runs) into a ring of stream_ring_rows shared-memory rows,
 // kStreamDepth - 1 rows ahead of the one its warps add, so each X and dY row is read from memory once per
 // tile.
+//
+// 1D layers (a row of 1 x TW taps, plan.sequence) stream too: a tile's rows follow each other along the one
+// row, out_cols positions apart (tile_offset), so that a tile is out_rows x out_cols consecutive positions
+// and each stage one X row of out_cols + TW - 1 positions and one dY row of out_cols. Their stages are small
+// (about 8 KB) and memory bound: the ring keeps kSequenceDepth - 1 of them in flight.
 inline constexpr int kStreamBytes = 4, kStreamRows = 16, kStreamDepth = 3;
+inline constexpr int kSequenceRows = 8, kSequenceDepth = 5;
 WINRS_HD constexpr int stream_channels(int storage_bytes) { return kStreamBytes / storage_bytes; }
 // Channels of one 16-byte copy: the streaming kernel's layers have a multiple of it.
 WINRS_HD constexpr int stream_piece_channels(int storage_bytes) { return 16 / storage_bytes; }
-// X ring rows: the TH X rows a row of outputs meets, and those of the kStreamDepth - 1 rows in flight (dY's
-// ring: kStreamDepth rows).
-WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + kStreamDepth - 1; }
+// Stages in the ring (tile_h 1: a 1D layer's; 2D layers stream 3x3 to 7x7 tap tiles).
+WINRS_HD constexpr int stream_depth(int tile_h) { return tile_h == 1 ? kSequenceDepth : kStreamDepth; }
+// X ring rows: the TH X rows a row of outputs meets, and those of the stream_depth - 1 rows in flight (dY's
+// ring: stream_depth rows).
+WINRS_HD constexpr int stream_ring_rows(int tile_h) { return tile_h + stream_depth(tile_h) - 1; }
 // Resident blocks per SM its registers allow (the kernel's launch bounds), and the shared memory an H100 SM
 // gives blocks (228 KiB, 1 KiB of it reserved per block).
-WINRS_HD constexpr int stream_blocks_per_sm(int tile_w) { return tile_w == 3 ? 6 : tile_w == 4 ? 4 : 3; }
+WINRS_HD constexpr int stream_blocks_per_sm(int tile_h, int tile_w) {
+  return tile_h == 1 ? 6 : tile_w == 3 ? 6 : tile_w == 4 ? 4 : 3;
+}
 inline constexpr int64_t kStreamSmemPerSm = 228 * 1024, kStreamSmemPerBlock = 1024;
 // Channel multipliers it takes: 1, or a power of two up to 8 that keeps a thread's channels on one input
 // channel (so a block's input channels still come in 16-byte runs); X ring rows are padded to 128 bytes, as
@@ -74,6 +84,10 @@ WINRS_HD constexpr bool streamable_multiplier(int64_t multiplier, int64_t per_th
 // Tap tiles it takes: square, 3x3 to 7x7 (its lanes keep the tile's sums in registers).
 WINRS_HD constexpr bool streamable_tile(int tile_w) {
   return tile_w >= 3 && tile_w <= 7 && grouped_tile_rows(tile_w) == tile_w;
+}
+// ... and 1D layers of 2 to 8 taps (Mamba's causal k = 4 among them).
+WINRS_HD constexpr bool streamable_sequence_tile(int tile_w) {
+  return tile_w >= 2 && tile_w <= kGroupedMaxTileW;
 }
 // Tap tiles it takes at stride 2 (in both directions, multiplier 1): 3x3 and 5x5.
 WINRS_HD constexpr bool streamable_strided_tile(int tile_w) { return tile_w == 3 || tile_w == 5; }
@@ -104,8 +118,10 @@ struct GroupedPlan {
   Path path = Path::kFp32;     // storage type of X and dY; the arithmetic is always FP32 FMA
   int tile_w = 0, tile_h = 0;  // taps per thread (the kernel instance: tile_w)
   int64_t tiles_h = 0, tiles_w = 0;
-  int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
-  bool streams = false;        // the GPU runs the streaming kernel (above)
+  int64_t units = 0;     // tiles_h x tiles_w x C_g thread tasks per output channel
+  bool streams = false;  // the GPU runs the streaming kernel (above)
+  bool sequence =
+      false;  // ... on a 1D layer, a tile's rows one after another along the row (implies streams)
   bool tensor_cores = false;   // ... on tensor cores (implies streams)
   int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
   // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) of each of tile_images
@@ -181,10 +197,21 @@ struct GroupedTileOrigin {
 
 WINRS_HD inline GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, const GroupedPlan& plan,
                                                       const GroupedTask& t, int64_t tile) {
-  const int64_t ow = (tile % plan.tiles_ow) * plan.out_cols, rows = tile / plan.tiles_ow;
+  const int64_t ow = (tile % plan.tiles_ow) * plan.out_cols * (plan.sequence ? plan.out_rows : 1);
+  const int64_t rows = tile / plan.tiles_ow;
   const int64_t oh = (rows % plan.tiles_oh) * plan.out_rows, n = rows / plan.tiles_oh * plan.tile_images;
   return {n, oh, ow, oh * p.stride_h + t.kh0 * p.dilation_h - p.pad_top,
           ow * p.stride_w + t.kw0 * p.dilation_w - p.pad_left};
+}
+
+// Where row `row`, column `col` of a spatial tile (its outputs, or the X window they meet at unit steps) lies
+// from the tile's origin: on 2D maps where it says; on a streamed 1D layer (plan.sequence) the tile's rows
+// follow each other along the one row, out_cols apart.
+struct TileOffset {
+  int64_t row, col;
+};
+WINRS_HD inline TileOffset tile_offset(const GroupedPlan& plan, int64_t row, int64_t col) {
+  return plan.sequence ? TileOffset{0, row * plan.out_cols + col} : TileOffset{row, col};
 }
 
 // The sums of V consecutive output channels, each as one float would be summed.
@@ -255,17 +282,18 @@ WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, 
   for (; r < rows; q += kGroupedSlots) {
     while (q >= per_row) q -= per_row, ++r;
     const int image = q / per_image, column = q % per_image;
-    if (r < rows && o.n + image < p.batch && o.oh + r < p.out_h && o.ow + column * kGroupedChunk < p.out_w)
+    const TileOffset at = tile_offset(plan, r, column * kGroupedChunk);
+    if (r < rows && o.n + image < p.batch && o.oh + at.row < p.out_h && o.ow + at.col < p.out_w)
       f(image, r, column);
   }
 }
 
 // Stores a task's summed taps at dW (K x FH x FW x C_g) or at a split's partial dW of the same layout.
-template <int TW>
-WINRS_HD void grouped_store(const GroupedProblem& p, const GroupedTask& t,
-                            const float (&acc)[grouped_tile_rows(TW)][TW], float* dw) {
+template <int TW, int TH = grouped_tile_rows(TW)>
+WINRS_HD void grouped_store(const GroupedProblem& p, const GroupedTask& t, const float (&acc)[TH][TW],
+                            float* dw) {
   WINRS_UNROLL
-  for (int r = 0; r < grouped_tile_rows(TW); ++r) {
+  for (int r = 0; r < TH; ++r) {
     WINRS_UNROLL
     for (int j = 0; j < TW; ++j) {
       const int64_t kh = t.kh0 + r, kw = t.kw0 + j;
