@@ -1,6 +1,7 @@
 """The per-layer choice between WinRS and XLA (winrs_jax.choice): modes, measurement, memory and disk cache."""
 
 import dataclasses
+import functools
 import json
 import logging
 import subprocess
@@ -540,6 +541,26 @@ def test_repeats_make_a_millisecond_of_work(per_call_s, out_bytes, repeats, monk
     np.testing.assert_array_equal(calls[0](), x * 2)
     np.testing.assert_array_equal(calls[1](), dy + 1)
     assert traced.count("add") == repeats  # the second is traced once per application of its program alone
+
+
+def test_benchmarks_repeat_as_the_shortest_call_needs(monkeypatch):
+    """Benchmarks (`every`) count the repeats from every candidate and take the largest, so that a short call
+    beside a 1 ms one is not timed alone with its program's dispatch; auto counts from the first only."""
+    per_call = {"slow": 2e-3, "fast": 0.25e-3}
+    monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (per_call[fn.__name__], 1))
+    monkeypatch.setattr(choice, "_single", lambda fn, x, dy: functools.wraps(fn)(lambda: fn(x, dy)))
+    x, dy = jnp.ones(LHS), jnp.ones((*LHS[:3], RHS[3]))
+
+    def slow(x, dy):
+        return x * 2
+
+    def fast(x, dy):
+        return dy + 1
+
+    _, first_only = choice.repeated_calls([slow, fast], x, dy)
+    calls, every = choice.repeated_calls([slow, fast], x, dy, every=True)
+    assert first_only == 1 and every == 4  # REPEAT_S of the fast one's work
+    np.testing.assert_array_equal(calls[1](), dy + 1)
 
 
 def _spy_programs(monkeypatch, fail_xla=False, delay_s=0.0):

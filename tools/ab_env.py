@@ -26,7 +26,7 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
         shape = Shape.parse(text)
         x, dy, w, kwargs, compiled = _compiled(shape, dtype_name)
         fns = _filter_grads(w, kwargs)
-        (xla, ours), per_call = choice.repeated_calls(list(fns.values()), x, dy)
+        (xla, ours), per_call = choice.repeated_calls(list(fns.values()), x, dy, every=True)
         times: dict[str, list[float]] = {value: [] for value in values}
         times["xla"] = []
         results = {}

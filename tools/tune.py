@@ -246,7 +246,7 @@ def stream_splits(dtype_name: str, texts: list[str]) -> None:
             fns.append(
                 functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w.shape, **kwargs, options=opts)
             )
-        calls, per_call = choice.repeated_calls(fns, x, dy)
+        calls, per_call = choice.repeated_calls(fns, x, dy, every=True)
         times: list[list[float]] = [[] for _ in fns]
         for _ in range(5):  # rounds, the candidates interleaved
             for i, call in enumerate(calls):

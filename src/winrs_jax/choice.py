@@ -326,14 +326,17 @@ def repeated_calls(
     x: jax.Array,
     dy: jax.Array,
     repeats: int | None = None,
+    every: bool = False,
 ) -> tuple[list[Callable[[], jax.Array]], int]:
     """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`), the same count for all, and that
     count, which divides their times. The count: `repeats`, else `repeat_count` of the first. (Counted from the
     first alone, the others compile once: compiling and timing every candidate alone first made the H100's first
-    choices 0.2-0.45 s longer.)"""
+    choices 0.2-0.45 s longer.) `every` (benchmarks): the largest `repeat_count` of them all, so that the
+    shortest call is not timed with its program's dispatch (a 0.03 ms call beside a 1 ms one read 0.064 ms)."""
     first = None
     if repeats is None:
-        first, repeats = repeat_count(fns[0], x, dy)
+        counted = [repeat_count(fn, x, dy) for fn in (fns if every else fns[:1])]
+        first, repeats = counted[0][0], max(count for _, count in counted)
     return repeated_programs(fns, x, dy, repeats, first), repeats
 
 
