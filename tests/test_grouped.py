@@ -66,6 +66,7 @@ CASES = [
     ((3, 1, 70, 96), (1, 5), 1, 96, (1, 1), ((0, 0), (2, 2)), (1, 1)),  # k = 5, 1.5 blocks of 16-bit channels
     ((2, 1, 41, 64), (1, 2), 1, 64, (1, 1), ((0, 0), (0, 1)), (1, 1)),  # two taps
     ((1, 1, 530, 64), (1, 8), 1, 64, (1, 1), ((0, 0), (7, 0)), (1, 1)),  # eight taps, three tiles
+    ((2, 1, 300, 64), (1, 31), 1, 64, (1, 1), ((0, 0), (15, 15)), (1, 1)),  # 31 taps: four tap tiles of 8
 ]
 
 
@@ -240,18 +241,19 @@ def test_streamed_tiles_fill_the_warps(size, taps, streams, spatial_tile, images
     [
         (2048, 4, (3, 0), True, (1, 256)),  # Mamba's causal k = 4
         (1024, 5, (2, 2), True, (1, 256)),
-        (1000, 9, (4, 4), False, (1, 64)),  # more than 8 taps: two tap tiles of 5, staged
+        (1000, 9, (4, 4), True, (1, 256)),  # more than 8 taps: two tap tiles of 5, each its blocks
+        (1000, 31, (15, 15), True, (1, 256)),  # Conformer's depthwise k = 31: four tiles of 8
     ],
 )
 def test_one_d_layers_stream_along_their_row(length, taps, pads, streams, spatial_tile):
-    """1D depthwise layers of 2 to 8 taps stream: a tile is 8 rows of 32 outputs one after another along the
-    sequence, one tap row per thread."""
+    """1D depthwise layers stream: a tile is 8 rows of 32 outputs one after another along the sequence, one row
+    of up to 8 taps per thread (wider filters in several tap tiles)."""
     x = jax.ShapeDtypeStruct((16, length, 256), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((taps, 1, 256), jnp.bfloat16)
     plan = winrs_jax.plan(x, w, (1,), (pads,), dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=256,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.method == "direct" and plan.streams == streams and plan.spatial_tile == spatial_tile
-    assert plan.tile == ((1, taps) if streams else (5, 5))
+    assert plan.tile == (1, -(-taps // -(-taps // 8)))
 
 
 @pytest.mark.parametrize(

@@ -100,8 +100,9 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
                           (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
                           p.out_h * p.out_w * p.out_c <= kIntMax && multiplier == 1 &&
                           streamable_strided_tile(plan.tile_w);
-  // ... or a 1D layer of 2 to 8 taps at unit steps, multiplier 1: its rows follow each other (grouped.h).
-  plan.sequence = p.out_h == 1 && p.filter_h == 1 && plan.tiles_w == 1 && multiplier == 1 && unit_steps &&
+  // ... or a 1D layer at unit steps, multiplier 1: its rows follow each other (grouped.h); wider than 8 taps
+  // (Conformer's 31), each of its tap tiles a unit of blocks of its own.
+  plan.sequence = p.out_h == 1 && p.filter_h == 1 && multiplier == 1 && unit_steps &&
                   streamable_sequence_tile(plan.tile_w);
   plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
