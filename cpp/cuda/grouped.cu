@@ -264,8 +264,7 @@ struct StreamMaps {
 //
 // kStride (1, or 2 in both directions: MobileNet's and EfficientNet's downsampling layers): a tile's stages
 // are its X rows, a dY row added at every kStride-th from TH - 1 on, and a warp's chunk meets X columns
-// kStride c0
-// .. kStride (c0 + 7) + TW - 1.
+// kStride c0 .. kStride (c0 + 7) + TW - 1.
 //
 // kSequence (1D layers, plan.sequence): one row of taps (TH 1), and a tile's rows follow each other along the
 // layer's one row, out_cols apart (tile_offset): stage j copies X and dY at columns j out_cols on.
@@ -664,7 +663,7 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
         return launch_streaming<T, TW, false, false, 1, true>(op, x, dy, filter_grad, workspace, count,
                                                               config);
     }
-    if (plan.sequence) return cudaErrorInvalidValue;  // the planner's 1D layers: unit steps, 2 to 8 taps
+    if (plan.sequence) return cudaErrorInvalidValue;  // the planner's 1D tiles: unit steps, 2 to 8 taps
     if constexpr (U && streamable_tile(TW)) {
       if (streaming)
         return p.out_c == p.groups

@@ -118,10 +118,9 @@ struct GroupedPlan {
   Path path = Path::kFp32;     // storage type of X and dY; the arithmetic is always FP32 FMA
   int tile_w = 0, tile_h = 0;  // taps per thread (the kernel instance: tile_w)
   int64_t tiles_h = 0, tiles_w = 0;
-  int64_t units = 0;     // tiles_h x tiles_w x C_g thread tasks per output channel
-  bool streams = false;  // the GPU runs the streaming kernel (above)
-  bool sequence =
-      false;  // ... on a 1D layer, a tile's rows one after another along the row (implies streams)
+  int64_t units = 0;           // tiles_h x tiles_w x C_g thread tasks per output channel
+  bool streams = false;        // the GPU runs the streaming kernel (above)
+  bool sequence = false;       // ... along a 1D layer's row (tile_offset; implies streams)
   bool tensor_cores = false;   // ... on tensor cores (implies streams)
   int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
   // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) of each of tile_images
