@@ -254,6 +254,18 @@ def test_one_d_layers_stream_along_their_row(length, taps, pads, streams, spatia
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.method == "direct" and plan.streams == streams and plan.spatial_tile == spatial_tile
     assert plan.tile == (1, -(-taps // -(-taps // 8)))
+    assert "streamed 32 positions at a time" in str(plan)
+
+
+def test_a_single_output_row_streams_row_by_row():
+    """A 2D layer of one output row streams its tap rows as 2D layers do (tile of 1 x 32 outputs), and the plan
+    says so: not as a 1D sequence."""
+    x = jax.ShapeDtypeStruct((9, 3, 40, 128), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((3, 3, 1, 128), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1), "VALID", dimension_numbers=NHWC, feature_group_count=128,
+                          options=PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.streams and plan.spatial_tile == (1, 32) and plan.tile == (3, 3)
+    assert "streamed row by row through shared memory" in str(plan)
 
 
 @pytest.mark.parametrize(

@@ -92,25 +92,24 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   const int element_bytes = storage_bytes(options.path);
   const int64_t per_thread = stream_channels(element_bytes);
   const int64_t multiplier = p.out_c / p.groups;
-  const bool unit_steps = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-                          (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
-                          p.out_h * p.out_w * p.out_c <= kIntMax;
+  const bool offsets_fit =
+      (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax && p.out_h * p.out_w * p.out_c <= kIntMax;
+  const bool undilated = p.dilation_h == 1 && p.dilation_w == 1;
+  const bool unit_steps = p.stride_h == 1 && p.stride_w == 1 && undilated && offsets_fit;
   // ... or at stride 2 in both directions (multiplier 1, 3x3 or 5x5: downsampling layers).
-  const bool stride_two = p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 && p.dilation_w == 1 &&
-                          (p.in_h + p.filter_h) * p.in_w * p.in_c <= kIntMax &&
-                          p.out_h * p.out_w * p.out_c <= kIntMax && multiplier == 1 &&
+  const bool stride_two = p.stride_h == 2 && p.stride_w == 2 && undilated && offsets_fit && multiplier == 1 &&
                           streamable_strided_tile(plan.tile_w);
   // ... or a 1D layer at unit steps, multiplier 1: its rows follow each other (grouped.h); wider than 8 taps
   // (Conformer's 31), each of its tap tiles a unit of blocks of its own.
-  plan.sequence = p.out_h == 1 && p.filter_h == 1 && multiplier == 1 && unit_steps &&
-                  streamable_sequence_tile(plan.tile_w);
+  const bool sequence = p.out_h == 1 && p.filter_h == 1 && multiplier == 1 && unit_steps &&
+                        streamable_sequence_tile(plan.tile_w);
   plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
                  p.in_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c % stream_piece_channels(element_bytes) == 0 &&
                  p.out_c >= kGroupedLanes * per_thread &&
-                 (plan.sequence || ((unit_steps || stride_two) && plan.tiles_h == 1 &&
-                                    plan.tile_h == p.filter_h && streamable_tile(plan.tile_w)));
-  plan.sequence = plan.sequence && plan.streams;
+                 (sequence || ((unit_steps || stride_two) && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
+                               streamable_tile(plan.tile_w)));
+  plan.sequence = sequence && plan.streams;
   if (plan.sequence) plan.tile_h = 1;  // its one row of taps (grouped_task then sums one row)
   // On tensor cores: 16-bit groups of 2 to 16 channels, as many out as in, 3x3 (grouped.h).
   plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&

@@ -420,7 +420,8 @@ class Plan:
         geometry = (f" strides {self.strides}" if self.strides != (1, 1) else "") + (
             f" dilation {self.dilation}" if self.dilation != (1, 1) else "")  # fmt: skip
         per_thread = "two channels" if PATH_DTYPES[self.path].itemsize == 2 else "one channel"
-        along = "32 positions at a time" if self.streams and self.spatial_tile[0] == 1 else "row by row"
+        # A streamed 1D layer's tile is one row of taps (a 2D map of one output row keeps its tap rows).
+        along = "32 positions at a time" if self.streams and th == 1 else "row by row"
         reads = ("streamed row by row through shared memory on the GPU" if self.tensor_cores
                  else f"streamed {along} through shared memory on the GPU, {per_thread} per thread" if self.streams
                  else "staged in shared memory on the GPU")  # fmt: skip
