@@ -195,7 +195,7 @@ for stage in "$@"; do
       (cd /tmp && python3 "$ROOT/tools/tune.py" waves ${WAVE_SHAPES:-16:64:128:3 128:7:512:3 128:17:192:3 16:128:64:3}) \
         2>&1 | tee "$OUT/waves.jsonl" | tail -80 ;;
     stream-splits)
-      # The depthwise streaming kernel's time at split counts of 1 to 6 tiles a split (tools/tune.py stream-splits).
+      # The streaming kernel's time at the planner's split count and at 1 or 2 tiles a split (tools/tune.py stream-splits).
       (cd /tmp && python3 "$ROOT/tools/tune.py" stream-splits ${PROFILE_DTYPE:-bf16} ${PROFILE_LAYERS:-64:56:128:3:g128}) \
         2>&1 | grep -v Warning | tee "$OUT/stream-splits-${PROFILE_DTYPE:-bf16}.jsonl" | tail -60 ;;
     first-trace)
