@@ -11,7 +11,7 @@ from helpers import reference_general_filter_grad
 from jax import lax
 
 import winrs_jax
-from winrs_jax import _ffi
+from winrs_jax import _ffi, _winrs
 from winrs_jax.planner import PlannerOptions
 
 NHWC = ("NHWC", "HWIO", "NHWC")
@@ -54,6 +54,10 @@ CASES = [
     ((1, 17, 29, 24), (5, 5), 4, 24, (1, 1), ((2, 2), (2, 2)), (1, 1)),  # multiplier 4, 1.5 blocks
     ((1, 9, 26, 8), (4, 4), 8, 8, (1, 1), ((1, 2), (2, 1)), (1, 1)),  # multiplier 8: X rows padded
     ((2, 12, 21, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 7x7, 21 columns in a tile of 32
+    # 16-bit 7x7 on tensor cores (the band kernel): X rows in pairs, the last tile's odd count (5 + 6) padded
+    ((1, 37, 30, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),
+    ((3, 14, 13, 72), (7, 7), 1, 72, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 2 images a tile, a block of 8 channels
+    ((5, 9, 8, 64), (7, 7), 1, 64, (1, 1), ((2, 4), (3, 3)), (1, 1)),  # 4 images a tile, uneven padding
     # Maps of 16 columns or less: 2 or 4 images side by side in a streamed tile, the last tile part-filled
     ((3, 14, 13, 64), (5, 5), 1, 64, (1, 1), ((2, 2), (2, 2)), (1, 1)),
     ((5, 7, 7, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
@@ -269,27 +273,32 @@ def test_a_single_output_row_streams_row_by_row():
 
 
 @pytest.mark.parametrize(
-    "n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split",
+    "dtype, n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split",
     [
-        (128, 28, 240, 5, 1, 3, 3),  # by two tiles a split: 512 blocks, 1.3 waves of 396; one wave of 3
-        (64, 56, 128, 3, 1, 6, 2),  # 512 blocks of two tiles fit one wave: not one tile a split
-        (64, 14, 512, 3, 16, 3, 1),  # tensor cores: 128 blocks of two tiles would leave SMs idle; 256 of one
+        # 7x7 depthwise on tensor cores (3 blocks per SM): by two tiles a split 448 blocks, 1.1 waves of 396; by 3
+        (jnp.bfloat16, 64, 28, 448, 7, 1, 3, 3),
+        (jnp.bfloat16, 64, 28, 256, 7, 1, 3, 2),  # 256 blocks of two tiles fit one wave: not one tile a split
+        # CUDA cores: 5x5 3 blocks per SM (by two tiles a split 512 blocks, 1.3 waves), 3x3 6 (one wave of 512)
+        (jnp.bfloat16, 128, 28, 240, 5, 1, 3, 3),
+        (jnp.float32, 64, 56, 64, 3, 1, 6, 2),
+        (jnp.bfloat16, 64, 14, 512, 3, 16, 3, 1),  # groups on tensor cores: 128 blocks of two leave SMs idle
     ],
 )
 def test_streaming_splits_take_the_fewest_tile_rounds(
-    n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split
+    dtype, n, size, channels, taps, group_c, blocks_per_sm, tiles_per_split
 ):
     """The streaming kernel's split count: the fewest rounds of tiles over waves of resident blocks (registers and
-    rings: 3 blocks per SM at 5x5, 6 at 3x3, 3 on tensor cores), at least two tiles a split unless that leaves
-    SMs without a block."""
-    x = jax.ShapeDtypeStruct((n, size, size, channels), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((taps, taps, group_c, channels), jnp.bfloat16)
+    rings: 3 blocks per SM on tensor cores and at 5x5, 6 at 3x3), at least two tiles a split unless that
+    leaves SMs without a block."""
+    x = jax.ShapeDtypeStruct((n, size, size, channels), dtype)
+    w = jax.ShapeDtypeStruct((taps, taps, group_c, channels), dtype)
     plan = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=channels // group_c,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
-    assert plan.streams
+    assert plan.streams and plan.tensor_cores == (dtype == jnp.bfloat16 and (taps == 7 or group_c > 1))
     rows, cols = plan.spatial_tile
     tiles = -(-n // plan.tile_images) * -(-size // rows) * -(-size // cols)
-    blocks = plan.splits * -(-channels // 64)  # a block: 32 lanes of two bf16 channels, or 4 warps of 16
+    block_channels = 64 if dtype == jnp.bfloat16 else 32  # 32 lanes of two bf16 channels, or 4 warps of 16
+    blocks = plan.splits * -(-channels // block_channels)
     assert -(-tiles // plan.splits) == tiles_per_split
     assert blocks <= plan.sm_count * blocks_per_sm  # one wave
 
@@ -370,6 +379,15 @@ def test_dense_groups_need_few_channels_few_groups_and_little_memory():
         (jnp.bfloat16, (8, 14, 14, 64), (3, 3, 16, 64), 4, (2, 2), False),  # stride 2
         (jnp.bfloat16, (8, 14, 14, 64), (3, 3, 16, 128), 4, (1, 1), False),  # 16 in, 32 out a group
         (jnp.bfloat16, (8, 14, 14, 12), (3, 3, 4, 12), 3, (1, 1), False),  # 24-byte pixels: not 16-byte runs
+        # depthwise, 16-bit, unit steps, 7x7 filters: the band kernel
+        (jnp.bfloat16, (64, 28, 28, 256), (7, 7, 1, 256), 256, (1, 1), True),  # ConvNeXt
+        (jnp.float16, (64, 14, 14, 512), (7, 7, 1, 512), 512, (1, 1), True),  # ConvNeXt, stage 3
+        (jnp.float16, (128, 14, 14, 672), (5, 5, 1, 672), 672, (1, 1), False),  # 5x5: faster on CUDA cores
+        (jnp.bfloat16, (64, 56, 56, 128), (3, 3, 1, 128), 128, (1, 1), False),  # 3x3 alike
+        (jnp.float32, (64, 28, 28, 256), (7, 7, 1, 256), 256, (1, 1), False),  # float32: CUDA cores
+        (jnp.bfloat16, (16, 56, 56, 96), (3, 3, 1, 96), 96, (2, 2), False),  # stride 2
+        (jnp.bfloat16, (16, 28, 28, 64), (3, 3, 1, 128), 64, (1, 1), False),  # channel multiplier 2
+        (jnp.bfloat16, (16, 28, 28, 64), (6, 6, 1, 64), 64, (1, 1), False),  # 6x6: tap tiles of 4 x 6, staged
     ],
 )
 def test_sixteen_bit_groups_run_on_tensor_cores(dtype, x_shape, w_shape, groups, strides, tensor_cores):
@@ -382,6 +400,19 @@ def test_sixteen_bit_groups_run_on_tensor_cores(dtype, x_shape, w_shape, groups,
     assert ("products on tensor cores" in str(plan)) == tensor_cores
     if tensor_cores:
         assert plan.method == "direct" and plan.streams and plan.dense_groups == 1
+
+
+def test_depthwise_tensor_cores_turn_off_by_environment(monkeypatch):
+    """WINRS_JAX_DEPTHWISE_MMA=0 keeps 16-bit depthwise layers on the CUDA-core streaming kernel (to compare the
+    two): the planner reads it, so the handler derives the same plan."""
+    shape = dict(batch=64, in_h=28, in_w=28, in_c=256, out_h=28, out_w=28, out_c=256, filter_h=7, filter_w=7,
+                 groups=256, pad_top=3, pad_bottom=3, pad_left=3, pad_right=3, stride_h=1, stride_w=1,
+                 dilation_h=1, dilation_w=1, path=winrs_jax.planner.PATHS.index("bf16"), sm_count=132)  # fmt: skip
+    on = _winrs.make_grouped_plan(**shape)
+    monkeypatch.setenv("WINRS_JAX_DEPTHWISE_MMA", "0")
+    off = _winrs.make_grouped_plan(**shape)
+    assert on["tensor_cores"] and on["streams"]
+    assert not off["tensor_cores"] and off["streams"] and off["smem_bytes"] != on["smem_bytes"]
 
 
 TENSOR_CORE_CASES = [

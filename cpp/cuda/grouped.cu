@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda/device.cuh"
+#include "cuda/grouped_band.cuh"
 #include "cuda/grouped_mma.cuh"
 #include "cuda/omega.h"
 #include "cuda/tma.cuh"
@@ -243,6 +244,10 @@ __device__ __forceinline__ StreamSums<__half> unpack_stream(uint32_t bits, __hal
   return {{f.x, f.y}};
 }
 
+// The arithmetic of the streaming kernel's sums: FP32 FMA, or tensor cores for grouped layers
+// (grouped_mma.cuh) or depthwise ones (grouped_band.cuh).
+enum class StreamMath { kFma, kGroupMma, kBandMma };
+
 // The tensor maps of the streaming kernel's TMA producer: X and dY as (stacked problems x N) x H x W x C,
 // boxes of one pixel row's kGroupedLanes x V channels (x_cols and out_cols pixels).
 struct StreamMaps {
@@ -259,8 +264,10 @@ struct StreamMaps {
 // barrier per ring row; else every thread copies 16-byte pieces by cp.async. Each tap adds the chunks in
 // grouped_chunk's order: the sums are the CPU executor's.
 //
-// kMma (grouped layers on tensor cores, grouped.h): warp `slot` takes channels 16 slot .. 16 slot + 15 of the
-// block's 64 (an mma slice) instead of a column, and the rows' pixels are 128-byte swizzled.
+// kMath: the sums' arithmetic. kGroupMma (grouped layers on tensor cores, grouped.h): warp `slot` takes
+// channels 16 slot .. 16 slot + 15 of the block's 64 (an mma slice) instead of a column, and the rows' pixels
+// are 128-byte swizzled. kBandMma (depthwise layers on tensor cores, grouped_band.cuh): the same rows and
+// channels, dY rows copied with X's (stage j: row j of each) and kept for band_windows x 4 stages.
 //
 // kStride (1, or 2 in both directions: MobileNet's and EfficientNet's downsampling layers): a tile's stages
 // are its X rows, a dY row added at every kStride-th from TH - 1 on, and a warp's chunk meets X columns
@@ -268,20 +275,25 @@ struct StreamMaps {
 //
 // kSequence (1D layers, plan.sequence): one row of taps (TH 1), and a tile's rows follow each other along the
 // layer's one row, out_cols apart (tile_offset): stage j copies X and dY at columns j out_cols on.
-template <typename T, int TW, bool kTma, bool kMultiplied, bool kMma = false, int kStride = 1,
-          bool kSequence = false>
+template <typename T, int TW, bool kTma, bool kMultiplied, StreamMath kMath = StreamMath::kFma,
+          int kStride = 1, bool kSequence = false>
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
-                                  kMma ? kMmaBlocksPerSm
-                                       : stream_blocks_per_sm(kSequence ? 1 : grouped_tile_rows(TW), TW))
+                                  kMath == StreamMath::kBandMma ? kBandBlocksPerSm
+                                  : kMath == StreamMath::kGroupMma
+                                      ? kMmaBlocksPerSm
+                                      : stream_blocks_per_sm(kSequence ? 1 : grouped_tile_rows(TW), TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
                              long long grad_stride, const __grid_constant__ StreamMaps maps) {
   if constexpr (kTma && !WINRS_WGMMA_CODE) return;  // not launched on this target (launch_storage)
-  static_assert(!kMma || (sizeof(T) == 2 && TW == kMmaTileW && !kMultiplied));
+  constexpr bool kMma = kMath != StreamMath::kFma, kBand = kMath == StreamMath::kBandMma;
+  static_assert(!kMma || (sizeof(T) == 2 && !kMultiplied && (kBand || TW == kMmaTileW)));
   static_assert(kStride == 1 || (kStride == 2 && !kMma && !kMultiplied));
   static_assert(!kSequence || (kStride == 1 && !kMma && !kMultiplied));
   constexpr int TH = kSequence ? 1 : grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
-  constexpr int kDepth = kMma ? kMmaDepth : stream_depth(TH), kRing = TH + kDepth - 1;  // stream_ring_rows
+  // X's and dY's ring rows (stream_ring_rows, band_x_rows and band_g_rows).
+  constexpr int kDepth = kBand ? kBandDepth : kMma ? kMmaDepth : stream_depth(TH);
+  constexpr int kRing = kBand ? band_x_rows() : TH + kDepth - 1, kGRing = kBand ? band_g_rows(TH) : kDepth;
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
   constexpr int kPieceChannels = 16 / sizeof(T), kPieces = kGroupedLanes * kStreamBytes / 16;
   using Sums = StreamSums<T>;
@@ -315,7 +327,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   uint32_t* const ring_g =
       ring_x + kRing * (kMma ? x_row_words : images * x_cols * kGroupedLanes);  // X rows sized for m = 1
   const int g_row_words = images * out_cols * kGroupedLanes;
-  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kDepth * g_row_words);  // kTma
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring_g + kGRing * g_row_words);  // kTma
   // The maps' image index of image 0 of this problem (stacked problems share X or dY, or follow each other).
   const int x_image0 = input_stride == 0 ? 0 : int(problem * p.batch);
   const int g_image0 = grad_stride == 0 ? 0 : int(problem * p.batch);
@@ -355,15 +367,22 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   };
   constexpr int kPieceShift = 3;
   static_assert(kPieces == 1 << kPieceShift);
-  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1. kMma
+  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1 (kBand:
+  // dY row j, while j < rows). kMma
   // sums every pixel of a ring row: images past the batch are copied as zeros (a TMA box past the maps' last
   // image; another problem's images may follow this one's).
   auto adds_at = [](int j) { return j >= TH - 1 && (j - (TH - 1)) % kStride == 0; };
-  auto stages = [](const Tile& tile) { return (tile.rows - 1) * kStride + TH; };
+  auto copies_g = [&](const Tile& tile, int j) { return kBand ? j < tile.rows : adds_at(j); };
+  // kBand: X rows in pairs (an odd count of rows gets the next, which meets only dY rows past the tile).
+  auto stages = [](const Tile& tile) {
+    const int rows = (tile.rows - 1) * kStride + TH;
+    return kBand ? (rows + 1) & ~1 : rows;
+  };
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
-    const int ih = tile.ih0 + (kSequence ? 0 : j), oh = tile.oh0 + (kSequence ? 0 : (j - (TH - 1)) / kStride);
+    const int ih = tile.ih0 + (kSequence ? 0 : j);
+    const int oh = tile.oh0 + (kSequence ? 0 : kBand ? j : (j - (TH - 1)) / kStride);
     const int iw = tile.iw0 + (kSequence ? j * out_cols : 0), ow = tile.ow0 + (kSequence ? j * out_cols : 0);
-    const bool adds_g = adds_at(j);
+    const bool adds_g = copies_g(tile, j);
     const int copied = kMma ? images : tile.images;
     if constexpr (kTma) {
       const int row_bytes = kGroupedLanes * kStreamBytes;
@@ -400,7 +419,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     if (copy_tile < last) {
       if (!kTma || thread == 0) issue(copying, copy_j, copy_ring, copy_g_ring);
       copy_ring = copy_ring + 1 == kRing ? 0 : copy_ring + 1;
-      copy_g_ring = copy_g_ring + 1 == kDepth ? 0 : copy_g_ring + 1;
+      copy_g_ring = copy_g_ring + 1 == kGRing ? 0 : copy_g_ring + 1;
       if (++copy_j == stages(copying) && ++copy_tile < last) copy_j = 0, copying = tile_at(copy_tile);
     }
     if constexpr (!kTma) cp_async_commit();  // empty groups past the end keep the count of groups in step
@@ -416,7 +435,11 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   for (int d = 0; d + 1 < kDepth; ++d) issue_next();
 
   Sums acc[TH][TW] = {};
-  MmaSums mma_acc = {};  // kMma
+  MmaSums mma_acc = {};        // kGroupMma
+  BandSums<TH> band_acc = {};  // kBandMma
+  const BandLanes band_lanes(lane, slot, out_cols, x_image_words * 4);
+  const uint32_t ring_x_address = shared_address(ring_x), ring_g_address = shared_address(ring_g);
+  const uint32_t x_row_bytes = x_row_words * 4, g_row_bytes = g_row_words * 4;
   const int mma_first = k0 + kMmaSliceChannels * slot;
   const MmaLanes mma_lanes(lane, slot, out_cols, x_image_words * 4);
   int ring = 0, g_ring = 0;  // the X and dY ring rows of the current stage
@@ -436,7 +459,20 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
         __syncthreads();              // everyone's, and the ring row stage j + kDepth - 1 reuses is read
         issue_next();
       }
-      if constexpr (kMma) {
+      if constexpr (kBand) {
+        if (j & 1) {  // X rows (j - 1, j) against dY rows j - 4 w - i, i = g / 2 this lane's
+          const uint32_t x_rows[2] = {ring_x_address + (ring == 0 ? kRing - 1 : ring - 1) * x_row_bytes,
+                                      ring_x_address + ring * x_row_bytes};
+          uint32_t g_rows[band_windows(TH)], g_masks[band_windows(TH)];
+#pragma unroll
+          for (int w = 0; w < band_windows(TH); ++w) {
+            const int back = 4 * w + (lane >> 3), y = j - back, row = g_ring - back;
+            g_rows[w] = ring_g_address + (row < 0 ? row + kGRing : row) * g_row_bytes;
+            g_masks[w] = unsigned(y) < unsigned(adding.rows) ? ((lane & 4) ? 0xffff0000u : 0x0000ffffu) : 0u;
+          }
+          band_stage<T, TH>(band_acc, band_lanes, x_rows, g_rows, g_masks);
+        }
+      } else if constexpr (kMma) {
         if (j >= TH - 1 && mma_first < out_c) {
           const char* x_rows[TH];
 #pragma unroll
@@ -487,14 +523,17 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
         }
       }
       ring = ring + 1 == kRing ? 0 : ring + 1;
-      g_ring = g_ring + 1 == kDepth ? 0 : g_ring + 1;
+      g_ring = g_ring + 1 == kGRing ? 0 : g_ring + 1;
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();
   const int64_t dw_elems = p.filter_elems();
   float* out = split == 0 ? dw + problem * dw_elems
                           : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
-  if constexpr (kMma) {  // each warp's own channels: no sums across warps
+  if constexpr (kBand) {  // each warp's own channels: no sums across warps
+    band_store<TH, TW>(band_acc, lane, mma_first, out_c, out);
+    return;
+  } else if constexpr (kMma) {
     mma_store(mma_acc, lane, mma_first, out_c, int(p.group_c), out);
     return;
   }
@@ -596,15 +635,16 @@ bool stream_aligned(const void* input, const void* out_grad) {
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
 // else by cp.async.
-template <typename T, int TW, bool kMultiplied, bool kMma = false, int kStride = 1, bool kSequence = false>
+template <typename T, int TW, bool kMultiplied, StreamMath kMath = StreamMath::kFma, int kStride = 1,
+          bool kSequence = false>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
                              float* workspace, long long count, cudaLaunchConfig_t config) {
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
-  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMma, kStride, kSequence>;
+  auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMath, kStride, kSequence>;
   if (loads_sm90a(reinterpret_cast<const void*>(
-          grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride, kSequence>))) {
+          grouped_streaming_kernel<T, TW, true, kMultiplied, kMath, kStride, kSequence>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
     const long long g_images = op.grad_stride == 0 ? p.batch : p.batch * count;
@@ -612,10 +652,11 @@ cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_g
     const cuuint32_t x_channels = kMultiplied ? channels / cuuint32_t(p.out_c / p.groups) : channels;
     const cuuint32_t x_box[4] = {x_channels, cuuint32_t(plan.x_cols), 1, 1};
     const cuuint32_t g_box[4] = {channels, cuuint32_t(plan.out_cols), 1, 1};
-    const CUtensorMapSwizzle swizzle = kMma ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+    const CUtensorMapSwizzle swizzle =
+        kMath != StreamMath::kFma ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     if (encode_boxes(&maps.x, input, sizeof(T), x_images, p.in_h, p.in_w, p.in_c, x_box, swizzle) &&
         encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box, swizzle))
-      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMma, kStride, kSequence>;
+      kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMath, kStride, kSequence>;
   }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
@@ -647,21 +688,28 @@ cudaError_t launch_storage(const GroupedOp& op, const void* input, const void* o
     config.blockDim = dim3(kGroupedLanes, kGroupedSlots);
     config.dynamicSmemBytes = size_t(plan.smem_bytes);
     config.stream = stream;
+    if constexpr (U && streamable_tile(TW) && sizeof(T) == 2) {
+      if (plan.band)
+        return launch_streaming<T, TW, false, StreamMath::kBandMma>(op, x, dy, filter_grad, workspace, count,
+                                                                    config);
+    }
     if constexpr (U && TW == kMmaTileW && sizeof(T) == 2) {
       if (plan.tensor_cores) {
         config.gridDim.y = 1;  // a block takes all taps and input channels of its groups
-        return launch_streaming<T, TW, false, true>(op, x, dy, filter_grad, workspace, count, config);
+        return launch_streaming<T, TW, false, StreamMath::kGroupMma>(op, x, dy, filter_grad, workspace, count,
+                                                                     config);
       }
     }
     if (plan.tensor_cores) return cudaErrorInvalidValue;  // the planner's tensor-core layers: 16-bit, 3x3
     if constexpr (!U && streamable_strided_tile(TW)) {
       if (streaming)  // the planner streams strided layers at stride 2 in both directions
-        return launch_streaming<T, TW, false, false, 2>(op, x, dy, filter_grad, workspace, count, config);
+        return launch_streaming<T, TW, false, StreamMath::kFma, 2>(op, x, dy, filter_grad, workspace, count,
+                                                                   config);
     }
     if constexpr (U && streamable_sequence_tile(TW)) {
       if (plan.sequence)
-        return launch_streaming<T, TW, false, false, 1, true>(op, x, dy, filter_grad, workspace, count,
-                                                              config);
+        return launch_streaming<T, TW, false, StreamMath::kFma, 1, true>(op, x, dy, filter_grad, workspace,
+                                                                         count, config);
     }
     if (plan.sequence) return cudaErrorInvalidValue;  // the planner's 1D tiles: unit steps, 2 to 8 taps
     if constexpr (U && streamable_tile(TW)) {

@@ -1,6 +1,7 @@
 #include "grouped.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 namespace winrs {
@@ -115,7 +116,14 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tensor_cores = element_bytes == 2 && mma_group_channels(p.group_c) && multiplier == p.group_c &&
                       p.in_c % stream_piece_channels(element_bytes) == 0 && unit_steps &&
                       p.filter_h == kMmaTileW && p.filter_w == kMmaTileW;
-  plan.streams = plan.streams || plan.tensor_cores;  // its 3x3 tap tile and units are the plan's above
+  // 16-bit 7x7 depthwise layers on tensor cores (the band kernel, grouped.h: 1.4-1.5x the CUDA-core streaming
+  // kernel on ConvNeXt's layers, which sums 5x5 and smaller faster, 0.86-1.0x; H100, 2026-11-25);
+  // WINRS_JAX_DEPTHWISE_MMA=0 keeps them on CUDA cores (A/B of the two).
+  const char* band_flag = std::getenv("WINRS_JAX_DEPTHWISE_MMA");
+  plan.band = plan.streams && !plan.sequence && element_bytes == 2 && multiplier == 1 && unit_steps &&
+              plan.tile_w == 7 && !(band_flag && band_flag[0] == '0');
+  plan.tensor_cores = plan.tensor_cores || plan.band;
+  plan.streams = plan.streams || plan.tensor_cores;  // its tap tile and units are the plan's above
   if (plan.streams) {
     plan.out_rows = plan.sequence ? kSequenceRows : std::min<int64_t>(kStreamRows, p.out_h);
     plan.out_cols = plan.sequence ? kGroupedChunk * kGroupedSlots : stream_tile_cols(p.out_w);
@@ -129,7 +137,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     plan.smem_bytes =
         std::max(ring, partial) * kGroupedLanes + stream_ring_rows(plan.tile_h) * 8;  // barriers
     if (plan.tensor_cores)  // rows of 128-byte swizzled pixels, each image's from a 1024-byte boundary
-      plan.smem_bytes = mma_ring_bytes(plan.x_cols, plan.out_cols, plan.tile_images);
+      plan.smem_bytes = plan.band ? band_ring_bytes(plan.x_cols, plan.out_cols, plan.tile_images, plan.tile_h)
+                                  : mma_ring_bytes(plan.x_cols, plan.out_cols, plan.tile_images);
   }
   plan.channel_blocks = ceil_div(p.out_c, kGroupedLanes * (plan.streams ? per_thread : 1));
   plan.tiles_oh = plan.sequence ? 1 : ceil_div(p.out_h, plan.out_rows);
@@ -148,9 +157,11 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
       // of one 0.030 in four runs); on a tie, more splits (H100, 2026-11-25).
       const int64_t min_tiles =
           blocks * ceil_div(plan.tiles, kMinTilesPerSplit) < sm_count ? 1 : kMinTilesPerSplit;
-      const int64_t resident = std::min<int64_t>(
-          plan.tensor_cores ? kMmaBlocksPerSm : stream_blocks_per_sm(plan.tile_h, plan.tile_w),
-          kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
+      const int64_t resident =
+          std::min<int64_t>(plan.band           ? kBandBlocksPerSm
+                            : plan.tensor_cores ? kMmaBlocksPerSm
+                                                : stream_blocks_per_sm(plan.tile_h, plan.tile_w),
+                            kStreamSmemPerSm / (plan.smem_bytes + kStreamSmemPerBlock));
       const int64_t slots = sm_count * std::max<int64_t>(1, resident);
       int64_t best_rounds = 0;
       for (int64_t per_split = min_tiles;; ++per_split) {

@@ -236,7 +236,8 @@ class Plan:
     # layers stage each spatial tile in shared memory first.
     streams: bool = False
     # 16-bit 3x3 layers of 2 to 16 channels per group (as many out as in): streamed the same way, each group's
-    # channel products summed on tensor cores.
+    # channel products summed on tensor cores; and 16-bit depthwise layers of 7x7 filters at unit steps, each
+    # channel's rows multiplied on tensor cores (the band kernel, cpp/cuda/grouped_band.cuh).
     tensor_cores: bool = False
     splits: int = 0
     mode: str = "auto"
@@ -428,14 +429,18 @@ class Plan:
         images = f" of each of {self.tile_images} images" if self.tile_images > 1 else ""
         arithmetic = ("tensor cores (mma.sync m16n8k16, float32 accumulators)" if self.tensor_cores
                       else "float32 FMA on CUDA cores")  # fmt: skip
-        summed = (f"each warp sums the {th}x{tw} taps of 16 output channels with their groups' input channels, 32 "
-                  "pixels of a row at a time" if self.tensor_cores
+        band = self.tensor_cores and c == 1  # depthwise on tensor cores
+        summed = (f"each warp sums the {th}x{tw} taps of 16 channels, two X rows against the dY rows they meet, "
+                  "32 pixels of a row at a time" if band
+                  else f"each warp sums the {th}x{tw} taps of 16 output channels with their groups' input channels, "
+                  "32 pixels of a row at a time" if self.tensor_cores
                   else f"each thread sums {th}x{tw} taps of one output channel over column chunks of 8")  # fmt: skip
         return "\n".join([
             *dataclasses.replace(self, channels=(c * g, k * g))._head(geometry),
             f"  grouped    {g} groups of {c} -> {k} channels"
             + (" (depthwise)" if c == 1 else "")
-            + (": each group's products on tensor cores" if self.tensor_cores
+            + (": each channel's products on tensor cores, no GEMM across channels" if band
+               else ": each group's products on tensor cores" if self.tensor_cores
                else ": direct sums, no GEMM across channels")
             + " (one launch; padding, strides and dilation read in place)",
             f"  arithmetic {arithmetic}, {PATH_DTYPES[self.path].name} inputs; at least as accurate as XLA's "
