@@ -56,7 +56,7 @@ CASES = [
     ((2, 12, 21, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 7x7, 21 columns in a tile of 32
     # 16-bit 7x7 on tensor cores (the band kernel): X rows in pairs, the last tile's odd count (5 + 6) padded
     ((1, 37, 30, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),
-    ((3, 14, 13, 72), (7, 7), 1, 72, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 2 images a tile, a block of 8 channels
+    ((3, 14, 13, 72), (7, 7), 1, 72, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 2 images a tile; 64 + 8 channels
     ((5, 9, 8, 64), (7, 7), 1, 64, (1, 1), ((2, 4), (3, 3)), (1, 1)),  # 4 images a tile, uneven padding
     # Maps of 16 columns or less: 2 or 4 images side by side in a streamed tile, the last tile part-filled
     ((3, 14, 13, 64), (5, 5), 1, 64, (1, 1), ((2, 2), (2, 2)), (1, 1)),
