@@ -58,6 +58,9 @@ CASES = [
     ((1, 37, 30, 64), (7, 7), 1, 64, (1, 1), ((3, 3), (3, 3)), (1, 1)),
     ((3, 14, 13, 72), (7, 7), 1, 72, (1, 1), ((3, 3), (3, 3)), (1, 1)),  # 2 images a tile; 64 + 8 channels
     ((5, 9, 8, 64), (7, 7), 1, 64, (1, 1), ((2, 4), (3, 3)), (1, 1)),  # 4 images a tile, uneven padding
+    # ... and larger 16-bit filters in tap tiles of 7x7, each a unit of blocks (11 = 7 + 4, 13 = 7 + 6; 31x31)
+    ((1, 20, 24, 64), (11, 13), 1, 64, (1, 1), ((5, 5), (6, 6)), (1, 1)),
+    ((1, 34, 36, 64), (31, 31), 1, 64, (1, 1), ((15, 15), (15, 15)), (1, 1)),
     # Maps of 16 columns or less: 2 or 4 images side by side in a streamed tile, the last tile part-filled
     ((3, 14, 13, 64), (5, 5), 1, 64, (1, 1), ((2, 2), (2, 2)), (1, 1)),
     ((5, 7, 7, 64), (3, 3), 1, 64, (1, 1), ((1, 1), (1, 1)), (1, 1)),
@@ -388,6 +391,9 @@ def test_dense_groups_need_few_channels_few_groups_and_little_memory():
         (jnp.bfloat16, (16, 56, 56, 96), (3, 3, 1, 96), 96, (2, 2), False),  # stride 2
         (jnp.bfloat16, (16, 28, 28, 64), (3, 3, 1, 128), 64, (1, 1), False),  # channel multiplier 2
         (jnp.bfloat16, (16, 28, 28, 64), (6, 6, 1, 64), 64, (1, 1), False),  # 6x6: tap tiles of 4 x 6, staged
+        (jnp.bfloat16, (32, 28, 28, 256), (31, 31, 1, 256), 256, (1, 1), True),  # RepLKNet: 25 tiles of 7x7
+        (jnp.bfloat16, (16, 28, 28, 64), (3, 11, 1, 64), 64, (1, 1), True),  # 3 x 11: 2 tiles of 7x7
+        (jnp.float32, (32, 28, 28, 256), (31, 31, 1, 256), 256, (1, 1), False),  # float32: staged
     ],
 )
 def test_sixteen_bit_groups_run_on_tensor_cores(dtype, x_shape, w_shape, groups, strides, tensor_cores):
@@ -398,8 +404,29 @@ def test_sixteen_bit_groups_run_on_tensor_cores(dtype, x_shape, w_shape, groups,
                           options=PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.tensor_cores == tensor_cores
     assert ("products on tensor cores" in str(plan)) == tensor_cores
+    if tensor_cores and groups == x_shape[3] and w_shape[0] * w_shape[1] > 49:  # the band kernel's tap tiles
+        assert plan.tile == (7, 7)
     if tensor_cores:
         assert plan.method == "direct" and plan.streams and plan.dense_groups == 1
+
+
+@pytest.mark.parametrize("filter_hw, pads", [((11, 13), ((5, 5), (6, 6))), ((31, 31), ((15, 15), (15, 15)))])
+def test_large_16_bit_depthwise_filters_sum_by_7x7_tap_tiles(filter_hw, pads, rng):
+    """The band kernel's plan of filters beyond 7x7: tap tiles of 7x7, the last ones part-filled, each its own
+    unit of blocks. The CPU handler sums the same tiles (float32 FMA): against float64, to bfloat16's half ulp."""
+    x = jnp.asarray(rng.standard_normal((1, 20, 24, 64)), jnp.bfloat16)
+    w_shape = (*filter_hw, 1, 64)
+    dy = jnp.asarray(rng.standard_normal((1, 20, 24, 64)), jnp.bfloat16)
+    options = PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.bfloat16), (1, 1), pads, dimension_numbers=NHWC,
+                          feature_group_count=64, options=options)  # fmt: skip
+    assert plan.tensor_cores and plan.tile == (7, 7)
+    got = np.asarray(jax.jit(functools.partial(_filter_grad, w_shape=w_shape, strides=(1, 1), pads=pads,
+                                               dilation=(1, 1), groups=64, options=options))(x, dy),
+                     np.float64)  # fmt: skip
+    expected = _reference(x, dy, filter_hw, (1, 1), pads, (1, 1), 64)
+    tolerance = 1e-5 + 2.0**-8
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
 
 
 def test_depthwise_tensor_cores_turn_off_by_environment(monkeypatch):

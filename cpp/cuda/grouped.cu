@@ -368,9 +368,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   constexpr int kPieceShift = 3;
   static_assert(kPieces == 1 << kPieceShift);
   // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1 (kBand:
-  // dY row j, while j < rows). kMma
-  // sums every pixel of a ring row: images past the batch are copied as zeros (a TMA box past the maps' last
-  // image; another problem's images may follow this one's).
+  // dY row j, while j < rows). kMma sums every pixel of a ring row: images past the batch are copied as zeros
+  // (a TMA box past the maps' last image; another problem's images may follow this one's).
   auto adds_at = [](int j) { return j >= TH - 1 && (j - (TH - 1)) % kStride == 0; };
   auto copies_g = [&](const Tile& tile, int j) { return kBand ? j < tile.rows : adds_at(j); };
   // kBand: X rows in pairs (an odd count of rows gets the next, which meets only dY rows past the tile).
@@ -531,7 +530,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   float* out = split == 0 ? dw + problem * dw_elems
                           : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
   if constexpr (kBand) {  // each warp's own channels: no sums across warps
-    band_store<TH, TW>(band_acc, lane, mma_first, out_c, out);
+    band_store<TH, TW>(band_acc, lane, mma_first, p, t, out);
     return;
   } else if constexpr (kMma) {
     mma_store(mma_acc, lane, mma_first, out_c, int(p.group_c), out);

@@ -125,15 +125,16 @@ __device__ __forceinline__ void band_stage(BandSums<TH>& acc, const BandLanes& l
   band_products<T, TH, 1>(acc, o[1], g_masks);
 }
 
-// Stores the warp's taps: dW[k, kh, kw] (K x TH x TW x 1, or a split's partial dW) for its channels from
-// `first` (k < out_c). Tap kh of channel c at kw = g is X row x + 1's product in lane (g, kh % 4), window
-// kh / 4 (c2, c3) plus X row x's in lane (g, (kh + 1) % 4), window (kh + 1) / 4 (c0, c1), added in that
-// order.
+// Stores the warp's taps of its task's tap tile (t.kh0, t.kw0; the tile's rows and columns inside the
+// filter): dW[k, kh, kw] (K x FH x FW x 1, or a split's partial dW) for its channels from `first` (k <
+// out_c). Tap kh of channel c at kw = g is X row x + 1's product in lane (g, kh % 4), window kh / 4 (c2, c3)
+// plus X row x's in lane (g, (kh + 1) % 4), window (kh + 1) / 4 (c0, c1), added in that order.
 template <int TH, int TW>
-__device__ __forceinline__ void band_store(const BandSums<TH>& acc, int lane, int first, int out_c,
-                                           float* dw) {
+__device__ __forceinline__ void band_store(const BandSums<TH>& acc, int lane, int first,
+                                           const GroupedProblem& p, const GroupedTask& task, float* dw) {
   constexpr int W = band_windows(TH);
   const int g = lane >> 2, t = lane & 3, next = (lane & ~3) | ((t + 1) & 3);
+  const int64_t kw = task.kw0 + g;
 #pragma unroll
   for (int pair = 0; pair < kBandPairs; ++pair)
 #pragma unroll
@@ -142,9 +143,11 @@ __device__ __forceinline__ void band_store(const BandSums<TH>& acc, int lane, in
       for (int c = 0; c < 2; ++c) {
         const float same = __shfl_sync(0xffffffffu, acc[pair][w][c], next);
         const float later = __shfl_sync(0xffffffffu, w + 1 < W ? acc[pair][w + 1][c] : 0.0f, next);
-        const int kh = t + 4 * w, k = first + 2 * pair + c;
-        if (kh < TH && g < TW && k < out_c)
-          dw[(k * TH + kh) * TW + g] = acc[pair][w][2 + c] + (t == 3 ? later : same);
+        const int kh = t + 4 * w;
+        const int64_t k = first + 2 * pair + c;
+        if (kh < task.taps_h && g < TW && kw < p.filter_w && k < p.out_c)  // (g = TW: the next tile's column)
+          dw[(k * p.filter_h + task.kh0 + kh) * p.filter_w + kw] =
+              acc[pair][w][2 + c] + (t == 3 ? later : same);
       }
 }
 

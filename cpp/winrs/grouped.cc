@@ -120,16 +120,31 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // kernel on ConvNeXt's layers, which sums 5x5 and smaller faster, 0.86-1.0x; H100, 2026-11-25);
   // WINRS_JAX_DEPTHWISE_MMA=0 keeps them on CUDA cores (A/B of the two).
   const char* band_flag = std::getenv("WINRS_JAX_DEPTHWISE_MMA");
+  const bool band_on = !(band_flag && band_flag[0] == '0');
   plan.band = plan.streams && !plan.sequence && element_bytes == 2 && multiplier == 1 && unit_steps &&
-              plan.tile_w == 7 && !(band_flag && band_flag[0] == '0');
+              plan.tile_w == 7 && band_on;
+  // ... and depthwise filters taller or wider than 7 (at least 3 either way: a tile's 7 rows and columns are
+  // summed whatever the filter's) in tap tiles of 7x7, each a unit of blocks of its own (RepLKNet's
+  // 31x31 2.2x, 13x13 2.3x, 9x9 1.7x the CUDA cores' staging kernel; H100, 2026-11-25).
+  if (!plan.streams && band_on && element_bytes == 2 && p.group_c == 1 && multiplier == 1 && unit_steps &&
+      p.out_h > 1 && p.filter_h >= 3 && p.filter_w >= 3 && (p.filter_h > 7 || p.filter_w > 7) &&
+      p.in_c % stream_piece_channels(element_bytes) == 0 && p.out_c >= kGroupedLanes * per_thread) {
+    plan.tile_h = plan.tile_w = 7;
+    plan.tiles_h = ceil_div(p.filter_h, 7);
+    plan.tiles_w = ceil_div(p.filter_w, 7);
+    plan.units = plan.tiles_h * plan.tiles_w;
+    plan.band = plan.units <= kMaxGrid;
+  }
   plan.tensor_cores = plan.tensor_cores || plan.band;
   plan.streams = plan.streams || plan.tensor_cores;  // its tap tile and units are the plan's above
   if (plan.streams) {
     plan.out_rows = plan.sequence ? kSequenceRows : std::min<int64_t>(kStreamRows, p.out_h);
     plan.out_cols = plan.sequence ? kGroupedChunk * kGroupedSlots : stream_tile_cols(p.out_w);
     plan.tile_images = kGroupedChunk * kGroupedSlots / plan.out_cols;
-    plan.x_rows = plan.sequence ? 1 : (plan.out_rows - 1) * p.stride_h + p.filter_h;
-    plan.x_cols = (plan.out_cols - 1) * p.stride_w + p.filter_w;
+    // The X window of a tap tile (the band kernel's units), else of the whole filter.
+    plan.x_rows =
+        plan.sequence ? 1 : (plan.out_rows - 1) * p.stride_h + (plan.band ? plan.tile_h : p.filter_h);
+    plan.x_cols = (plan.out_cols - 1) * p.stride_w + (plan.band ? plan.tile_w : p.filter_w);
     const int64_t ring =
         (stream_ring_rows(plan.tile_h) * plan.x_cols + stream_depth(plan.tile_h) * plan.out_cols) *
         plan.tile_images * kStreamBytes;
@@ -146,7 +161,9 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tiles = ceil_div(p.batch, plan.tile_images) * plan.tiles_oh * plan.tiles_ow;
 
   const int64_t sm_count = std::max(1, options.sm_count);
-  const int64_t blocks = plan.channel_blocks * (plan.tensor_cores ? 1 : plan.units) * op->stacked;
+  // (grouped layers on tensor cores: a block takes all taps and input channels of its groups)
+  const int64_t blocks =
+      plan.channel_blocks * (plan.tensor_cores && !plan.band ? 1 : plan.units) * op->stacked;
   int64_t splits = options.splits > 0 ? options.splits : ceil_div(sm_count * kBlocksPerSm, blocks);
   if (options.splits <= 0) {
     if (plan.streams) {

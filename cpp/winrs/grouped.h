@@ -109,18 +109,18 @@ WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int6
   constexpr int64_t x_rows = kMmaTileW + kMmaDepth - 1;
   return images * (x_rows * mma_x_image_bytes(x_cols) + kMmaDepth * out_cols * 128) + 1024 + x_rows * 8;
 }
-// Depthwise layers on tensor cores (the band kernel: 16-bit, multiplier 1, unit steps, square filters of up
-// to 7x7; the planner takes it for 7x7, where it is faster than CUDA cores). Per channel, dW[kh][kw] sums the
-// products of X row x and dY row y = x - kh, their columns kw apart: the row pairs of a tile form a band kh
-// in [0, TH). One mma.sync m16n8k16 takes 2 X rows x 8 column shifts (M) against 2 channels x 4 dY rows (N)
-// over 8 dY columns (K, each register one pixel's two 16-bit channels): X's words go in as they are and dY's
-// are masked to one channel per N column, so half of K's products are zeros (7x7: 38% of the MMA's products
-// are taps, and no transposes of the NHWC rows). Stage j of a tile copies X row j and dY row j (dY leads,
-// unlike the other streaming forms); X rows (j - 1, j) are added at odd j against dY rows j - 4 w - i, i < 4,
-// of band_windows windows w. A warp takes 16 of the block's 64 channels (8 pairs) over every column of the
-// tile. Three blocks per SM (72 KiB of rings at 7x7): on 7x7 64:28:256 the kernel is bound by its
-// shared-memory loads (each dY row is loaded for 4 pairs of X rows; L1 51% busy) and their latency at 8 to 12
-// warps per SM; copies 6 rows ahead timed alike.
+// Depthwise layers on tensor cores (the band kernel: 16-bit, multiplier 1, unit steps, square tap tiles of up
+// to 7x7; the planner takes it for 7x7 filters, where it is faster than CUDA cores, and for larger ones in
+// tap tiles of 7x7, each a unit of blocks). Per channel, dW[kh][kw] sums the products of X row x and dY row y
+// = x - kh, their columns kw apart: the row pairs of a tile form a band kh in [0, TH). One mma.sync m16n8k16
+// takes 2 X rows x 8 column shifts (M) against 2 channels x 4 dY rows (N) over 8 dY columns (K, each register
+// one pixel's two 16-bit channels): X's words go in as they are and dY's are masked to one channel per N
+// column, so half of K's products are zeros (7x7: 38% of the MMA's products are taps, and no transposes of
+// the NHWC rows). Stage j of a tile copies X row j and dY row j (dY leads, unlike the other streaming forms);
+// X rows (j - 1, j) are added at odd j against dY rows j - 4 w - i, i < 4, of band_windows windows w. A warp
+// takes 16 of the block's 64 channels (8 pairs) over every column of the tile. Three blocks per SM (72 KiB of
+// rings at 7x7): on 7x7 64:28:256 the kernel is bound by its shared-memory loads (each dY row is loaded for 4
+// pairs of X rows; L1 51% busy) and their latency at 8 to 12 warps per SM; copies 6 rows ahead timed alike.
 inline constexpr int kBandDepth = 4, kBandPairs = 8, kBandBlocksPerSm = 3;
 WINRS_HD constexpr int band_windows(int tile_h) { return (tile_h + 4) / 4; }  // 4 w >= TH + 1 dY rows
 // Ring rows: X's pair and dY's windows, each with the kBandDepth - 1 rows in flight.
@@ -143,7 +143,7 @@ struct GroupedPlan {
   bool streams = false;        // the GPU runs the streaming kernel (above)
   bool sequence = false;       // ... along a 1D layer's row (tile_offset; implies streams)
   bool tensor_cores = false;   // ... on tensor cores (implies streams)
-  bool band = false;           // ... depthwise, by the band kernel (implies tensor_cores)
+  bool band = false;           // ... depthwise, by the band kernel (implies tensor_cores; 7x7 tap tiles)
   int64_t channel_blocks = 0;  // ceil(K / (kGroupedLanes x channels per thread))
   // Spatial tiles: out_rows x out_cols outputs (out_cols a multiple of kGroupedChunk) of each of tile_images
   // consecutive images (more than one only when streaming) meet x_rows x x_cols inputs of each; tiles_oh x

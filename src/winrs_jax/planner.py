@@ -236,8 +236,9 @@ class Plan:
     # layers stage each spatial tile in shared memory first.
     streams: bool = False
     # 16-bit 3x3 layers of 2 to 16 channels per group (as many out as in): streamed the same way, each group's
-    # channel products summed on tensor cores; and 16-bit depthwise layers of 7x7 filters at unit steps, each
-    # channel's rows multiplied on tensor cores (the band kernel, cpp/cuda/grouped_band.cuh).
+    # channel products summed on tensor cores; and 16-bit depthwise layers of 7x7 and larger filters at unit
+    # steps (in tap tiles of 7x7), each channel's rows multiplied on tensor cores (the band kernel,
+    # cpp/cuda/grouped_band.cuh).
     tensor_cores: bool = False
     splits: int = 0
     mode: str = "auto"
