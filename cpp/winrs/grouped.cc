@@ -128,12 +128,13 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // 31x31 2.2x, 13x13 2.3x, 9x9 1.7x the CUDA cores' staging kernel; H100, 2026-11-25).
   if (!plan.streams && band_on && element_bytes == 2 && p.group_c == 1 && multiplier == 1 && unit_steps &&
       p.out_h > 1 && p.filter_h >= 3 && p.filter_w >= 3 && (p.filter_h > 7 || p.filter_w > 7) &&
-      p.in_c % stream_piece_channels(element_bytes) == 0 && p.out_c >= kGroupedLanes * per_thread) {
+      p.in_c % stream_piece_channels(element_bytes) == 0 && p.out_c >= kGroupedLanes * per_thread &&
+      ceil_div(p.filter_h, 7) * ceil_div(p.filter_w, 7) <= kMaxGrid) {
+    plan.band = true;
     plan.tile_h = plan.tile_w = 7;
     plan.tiles_h = ceil_div(p.filter_h, 7);
     plan.tiles_w = ceil_div(p.filter_w, 7);
     plan.units = plan.tiles_h * plan.tiles_w;
-    plan.band = plan.units <= kMaxGrid;
   }
   plan.tensor_cores = plan.tensor_cores || plan.band;
   plan.streams = plan.streams || plan.tensor_cores;  // its tap tile and units are the plan's above
