@@ -435,6 +435,7 @@ def test_depthwise_tensor_cores_turn_off_by_environment(monkeypatch):
     shape = dict(batch=64, in_h=28, in_w=28, in_c=256, out_h=28, out_w=28, out_c=256, filter_h=7, filter_w=7,
                  groups=256, pad_top=3, pad_bottom=3, pad_left=3, pad_right=3, stride_h=1, stride_w=1,
                  dilation_h=1, dilation_w=1, path=winrs_jax.planner.PATHS.index("bf16"), sm_count=132)  # fmt: skip
+    monkeypatch.delenv("WINRS_JAX_DEPTHWISE_MMA", raising=False)
     on = _winrs.make_grouped_plan(**shape)
     monkeypatch.setenv("WINRS_JAX_DEPTHWISE_MMA", "0")
     off = _winrs.make_grouped_plan(**shape)
