@@ -373,6 +373,33 @@ def test_tensor_core_groups_match_float64_and_the_cpu(case, dtype, rng):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-5 + 2 * rounding, atol=1e-5 * np.abs(expected).max())
 
 
+# test_grouped.CASES of each streaming form: 3x3, 4x4, multiplier 2, 7x7 on tensor cores (the band kernel: one
+# tile, an odd count of X rows, 2 images a tile, 11x13 in tap tiles), 5x5 on 2 images, stride 2, 1D (4 and 31).
+STREAMED_CASES = [14, 15, 17, 20, 21, 22, 24, 26, 29, 31, 35]
+
+
+@pytest.mark.parametrize("case", STREAMED_CASES)
+def test_streaming_kernels_copy_by_cp_async_too(case, rng, monkeypatch):
+    """WINRS_JAX_STREAM_TMA=0 runs the streaming kernels' cp.async producer (the form sm_80 to sm_89 run) on this
+    GPU: the same checks against float64 and the CPU handler as the TMA producer's."""
+    monkeypatch.setenv("WINRS_JAX_STREAM_TMA", "0")
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
+    x_shape, filter_hw, multiplier, groups, strides, pads, dilation = GROUPED_CASES[case]
+    w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
+    plan = winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.bfloat16), jax.ShapeDtypeStruct(w_shape, jnp.bfloat16),
+                          strides, pads, rhs_dilation=dilation, dimension_numbers=DN, feature_group_count=groups,
+                          options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.streams
+    test_direct_grouped_kernels_match_float64_and_the_cpu(case, jnp.bfloat16, rng, monkeypatch)
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_tensor_core_groups_copy_by_cp_async_too(case, rng, monkeypatch):
+    """The grouped tensor-core layers' cp.async producer (WINRS_JAX_STREAM_TMA=0), as the test above."""
+    monkeypatch.setenv("WINRS_JAX_STREAM_TMA", "0")
+    test_tensor_core_groups_match_float64_and_the_cpu(case, jnp.bfloat16, rng)
+
+
 def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):
     """A depthwise layer summing 2^18 products per tap (where the paper saw cuDNN lose accuracy), and vmap over
     70000 tiny depthwise problems: more than one launch's gridDim.z."""

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/device.cuh"
 #include "cuda/grouped_band.cuh"
@@ -633,7 +634,8 @@ bool stream_aligned(const void* input, const void* out_grad) {
 }
 
 // The streaming kernel's launch: by TMA where the device runs the sm_90a code and the driver maps X and dY,
-// else by cp.async.
+// else by cp.async. WINRS_JAX_STREAM_TMA=0 takes cp.async on sm_90a too (so that an H100 tests the form
+// sm_80 to sm_89 run).
 template <typename T, int TW, bool kMultiplied, StreamMath kMath = StreamMath::kFma, int kStride = 1,
           bool kSequence = false>
 cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_grad, float* filter_grad,
@@ -642,7 +644,9 @@ cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_g
   const GroupedPlan& plan = op.plan;
   StreamMaps maps = {};
   auto* kernel = grouped_streaming_kernel<T, TW, false, kMultiplied, kMath, kStride, kSequence>;
-  if (loads_sm90a(reinterpret_cast<const void*>(
+  const char* tma_flag = std::getenv("WINRS_JAX_STREAM_TMA");
+  if (!(tma_flag && tma_flag[0] == '0') &&
+      loads_sm90a(reinterpret_cast<const void*>(
           grouped_streaming_kernel<T, TW, true, kMultiplied, kMath, kStride, kSequence>))) {
     // Images of all `count` problems in one map where they follow each other (one where they share it).
     const long long x_images = op.input_stride == 0 ? p.batch : p.batch * count;
