@@ -98,31 +98,30 @@ __device__ __forceinline__ void band_products(BandSums<TH>& acc, const BandOpera
   }
 }
 
+// Step s of a pair of X rows (chunk s / 2, half s % 2, operand buffer s % 2): fetches step s + 1's operands,
+// then adds step s's products, so that each step's loads are in flight during the MMAs before them.
+template <typename T, int TH, int kStep>
+__device__ __forceinline__ void band_steps(BandSums<TH>& acc, BandOperands<band_windows(TH)> (&o)[2],
+                                           const BandLanes& lanes, const uint32_t (&x_rows)[2],
+                                           const uint32_t (&g_rows)[band_windows(TH)],
+                                           const uint32_t (&g_masks)[band_windows(TH)]) {
+  constexpr int kNext = kStep + 1;
+  if constexpr (kNext < 8)
+    band_fetch<band_windows(TH), kNext / 2, kNext % 2>(o[kNext % 2], lanes, x_rows, g_rows);
+  band_products<T, TH, kStep % 2>(acc, o[kStep % 2], g_masks);
+  if constexpr (kNext < 8) band_steps<T, TH, kNext>(acc, o, lanes, x_rows, g_rows, g_masks);
+}
+
 // One pair of X rows (shared addresses x_rows) against the dY rows of lane (g, t)'s row i = g / 2 in each
-// window (g_rows, masks g_masks): the 8 chunk-halves, each's loads before the products of the one before.
+// window (g_rows, masks g_masks): the 8 chunk-halves in turn (band_steps).
 template <typename T, int TH>
 __device__ __forceinline__ void band_stage(BandSums<TH>& acc, const BandLanes& lanes,
                                            const uint32_t (&x_rows)[2],
                                            const uint32_t (&g_rows)[band_windows(TH)],
                                            const uint32_t (&g_masks)[band_windows(TH)]) {
-  constexpr int W = band_windows(TH);
-  BandOperands<W> o[2];
-  band_fetch<W, 0, 0>(o[0], lanes, x_rows, g_rows);
-  band_fetch<W, 0, 1>(o[1], lanes, x_rows, g_rows);
-  band_products<T, TH, 0>(acc, o[0], g_masks);
-  band_fetch<W, 1, 0>(o[0], lanes, x_rows, g_rows);
-  band_products<T, TH, 1>(acc, o[1], g_masks);
-  band_fetch<W, 1, 1>(o[1], lanes, x_rows, g_rows);
-  band_products<T, TH, 0>(acc, o[0], g_masks);
-  band_fetch<W, 2, 0>(o[0], lanes, x_rows, g_rows);
-  band_products<T, TH, 1>(acc, o[1], g_masks);
-  band_fetch<W, 2, 1>(o[1], lanes, x_rows, g_rows);
-  band_products<T, TH, 0>(acc, o[0], g_masks);
-  band_fetch<W, 3, 0>(o[0], lanes, x_rows, g_rows);
-  band_products<T, TH, 1>(acc, o[1], g_masks);
-  band_fetch<W, 3, 1>(o[1], lanes, x_rows, g_rows);
-  band_products<T, TH, 0>(acc, o[0], g_masks);
-  band_products<T, TH, 1>(acc, o[1], g_masks);
+  BandOperands<band_windows(TH)> o[2];
+  band_fetch<band_windows(TH), 0, 0>(o[0], lanes, x_rows, g_rows);
+  band_steps<T, TH, 0>(acc, o, lanes, x_rows, g_rows, g_masks);
 }
 
 // Stores the warp's taps of its task's tap tile (t.kh0, t.kw0; the tile's rows and columns inside the

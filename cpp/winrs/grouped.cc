@@ -104,12 +104,13 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // (Conformer's 31), each of its tap tiles a unit of blocks of its own.
   const bool sequence = p.out_h == 1 && p.filter_h == 1 && multiplier == 1 && unit_steps &&
                         streamable_sequence_tile(plan.tile_w);
-  plan.streams = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
-                 p.in_c % stream_piece_channels(element_bytes) == 0 &&
-                 p.out_c % stream_piece_channels(element_bytes) == 0 &&
-                 p.out_c >= kGroupedLanes * per_thread &&
-                 (sequence || ((unit_steps || stride_two) && plan.tiles_h == 1 && plan.tile_h == p.filter_h &&
-                               streamable_tile(plan.tile_w)));
+  const bool streamed_channels = p.group_c == 1 && streamable_multiplier(multiplier, per_thread) &&
+                                 p.in_c % stream_piece_channels(element_bytes) == 0 &&
+                                 p.out_c % stream_piece_channels(element_bytes) == 0 &&
+                                 p.out_c >= kGroupedLanes * per_thread;
+  plan.streams =
+      streamed_channels && (sequence || ((unit_steps || stride_two) && plan.tiles_h == 1 &&
+                                         plan.tile_h == p.filter_h && streamable_tile(plan.tile_w)));
   plan.sequence = sequence && plan.streams;
   if (plan.sequence) plan.tile_h = 1;  // its one row of taps (grouped_task then sums one row)
   // On tensor cores: 16-bit groups of 2 to 16 channels, as many out as in, 3x3 (grouped.h).
@@ -120,21 +121,21 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   // kernel on ConvNeXt's layers, which sums 5x5 and smaller faster, 0.86-1.0x; H100, 2026-11-25);
   // WINRS_JAX_DEPTHWISE_MMA=0 keeps them on CUDA cores (A/B of the two).
   const char* band_flag = std::getenv("WINRS_JAX_DEPTHWISE_MMA");
-  const bool band_on = !(band_flag && band_flag[0] == '0');
-  plan.band = plan.streams && !plan.sequence && element_bytes == 2 && multiplier == 1 && unit_steps &&
-              plan.tile_w == 7 && band_on;
+  const bool band_layer =
+      !(band_flag && band_flag[0] == '0') && element_bytes == 2 && multiplier == 1 && unit_steps;
+  plan.band = band_layer && plan.streams && !plan.sequence && plan.tile_w == kBandTile;
   // ... and depthwise filters taller or wider than 7 (at least 3 either way: a tile's 7 rows and columns are
   // summed whatever the filter's) in tap tiles of 7x7, each a unit of blocks of its own (RepLKNet's
   // 31x31 2.2x, 13x13 2.3x, 9x9 1.7x the CUDA cores' staging kernel; H100, 2026-11-25).
-  if (!plan.streams && band_on && element_bytes == 2 && p.group_c == 1 && multiplier == 1 && unit_steps &&
-      p.out_h > 1 && p.filter_h >= 3 && p.filter_w >= 3 && (p.filter_h > 7 || p.filter_w > 7) &&
-      p.in_c % stream_piece_channels(element_bytes) == 0 && p.out_c >= kGroupedLanes * per_thread &&
-      ceil_div(p.filter_h, 7) * ceil_div(p.filter_w, 7) <= kMaxGrid) {
+  const int64_t band_tiles_h = ceil_div(p.filter_h, kBandTile),
+                band_tiles_w = ceil_div(p.filter_w, kBandTile);
+  if (!plan.streams && band_layer && streamed_channels && p.out_h > 1 && p.filter_h >= 3 && p.filter_w >= 3 &&
+      (p.filter_h > kBandTile || p.filter_w > kBandTile) && band_tiles_h * band_tiles_w <= kMaxGrid) {
     plan.band = true;
-    plan.tile_h = plan.tile_w = 7;
-    plan.tiles_h = ceil_div(p.filter_h, 7);
-    plan.tiles_w = ceil_div(p.filter_w, 7);
-    plan.units = plan.tiles_h * plan.tiles_w;
+    plan.tile_h = plan.tile_w = kBandTile;
+    plan.tiles_h = band_tiles_h;
+    plan.tiles_w = band_tiles_w;
+    plan.units = band_tiles_h * band_tiles_w;
   }
   plan.tensor_cores = plan.tensor_cores || plan.band;
   plan.streams = plan.streams || plan.tensor_cores;  // its tap tile and units are the plan's above

@@ -122,6 +122,7 @@ WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int6
 // rings at 7x7): on 7x7 64:28:256 the kernel is bound by its shared-memory loads (each dY row is loaded for 4
 // pairs of X rows; L1 51% busy) and their latency at 8 to 12 warps per SM; copies 6 rows ahead timed alike.
 inline constexpr int kBandDepth = 4, kBandPairs = 8, kBandBlocksPerSm = 3;
+inline constexpr int kBandTile = 7;  // the tap tile it takes (7x7; up to 8 columns would fit the MMA's rows)
 WINRS_HD constexpr int band_windows(int tile_h) { return (tile_h + 4) / 4; }  // 4 w >= TH + 1 dY rows
 // Ring rows: X's pair and dY's windows, each with the kBandDepth - 1 rows in flight.
 WINRS_HD constexpr int band_x_rows() { return kBandDepth + 1; }
