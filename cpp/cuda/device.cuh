@@ -254,12 +254,14 @@ __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[W]) {
 
 // Four 8x8 tiles of 16-bit elements, each transposed on the way (ldmatrix .trans): lanes 8q..8q+7 give the
 // row addresses of tile q; register q receives this lane's fragment of tile q.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t address = shared_address(smem);
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {  // a shared address
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)
                : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  ldmatrix_x4_trans(r, shared_address(smem));
 }
 
 // D += A B for one m16n8k16 tile (A row-major 16x16, B column-major 16x8) of 16-bit operands.

@@ -266,9 +266,11 @@ struct StreamMaps {
 // grouped_chunk's order: the sums are the CPU executor's.
 //
 // kMath: the sums' arithmetic. kGroupMma (grouped layers on tensor cores, grouped.h): warp `slot` takes
-// channels 16 slot .. 16 slot + 15 of the block's 64 (an mma slice) instead of a column, and the rows' pixels
-// are 128-byte swizzled. kBandMma (depthwise layers on tensor cores, grouped_band.cuh): the same rows and
-// channels, dY rows copied with X's (stage j: row j of each) and kept for band_windows x 4 stages.
+// channels 16 slot .. 16 slot + 15 of the block's 64 (an mma slice) instead of a column, the rows' pixels are
+// 128-byte swizzled, and stage j copies dY row j with X row j (dY leads: X row j meets dY rows j - a, kept in
+// registers; the cp.async form's producer leaves registers for 2 blocks per SM, 3 spilled). kBandMma
+// (depthwise layers on tensor cores, grouped_band.cuh): the same rows, channels and copies, dY rows kept in
+// the ring for band_windows x 4 stages.
 //
 // kStride (1, or 2 in both directions: MobileNet's and EfficientNet's downsampling layers): a tile's stages
 // are its X rows, a dY row added at every kStride-th from TH - 1 on, and a warp's chunk meets X columns
@@ -281,7 +283,7 @@ template <typename T, int TW, bool kTma, bool kMultiplied, StreamMath kMath = St
 __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
                                   kMath == StreamMath::kBandMma ? kBandBlocksPerSm
                                   : kMath == StreamMath::kGroupMma
-                                      ? kMmaBlocksPerSm
+                                      ? (kTma ? kMmaBlocksPerSm : kMmaBlocksPerSm - 1)
                                       : stream_blocks_per_sm(kSequence ? 1 : grouped_tile_rows(TW), TW))
     grouped_streaming_kernel(GroupedProblem p, GroupedPlan plan, const T* __restrict__ x,
                              const T* __restrict__ dy, float* dw, float* workspace, long long input_stride,
@@ -292,9 +294,11 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   static_assert(kStride == 1 || (kStride == 2 && !kMma && !kMultiplied));
   static_assert(!kSequence || (kStride == 1 && !kMma && !kMultiplied));
   constexpr int TH = kSequence ? 1 : grouped_tile_rows(TW), V = stream_channels(sizeof(T)), C = kGroupedChunk;
-  // X's and dY's ring rows (stream_ring_rows, band_x_rows and band_g_rows).
+  // X's and dY's ring rows (stream_ring_rows, band_x_rows and band_g_rows; kGroupMma reads each X row at its
+  // own stage only).
   constexpr int kDepth = kBand ? kBandDepth : kMma ? kMmaDepth : stream_depth(TH);
-  constexpr int kRing = kBand ? band_x_rows() : TH + kDepth - 1, kGRing = kBand ? band_g_rows(TH) : kDepth;
+  constexpr int kRing = kBand ? band_x_rows() : kMma ? kDepth : TH + kDepth - 1;
+  constexpr int kGRing = kBand ? band_g_rows(TH) : kDepth;
   // 16-byte copies: kPieces per pixel of the block's kGroupedLanes x V channels, kPieceChannels each.
   constexpr int kPieceChannels = 16 / sizeof(T), kPieces = kGroupedLanes * kStreamBytes / 16;
   using Sums = StreamSums<T>;
@@ -368,11 +372,11 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   };
   constexpr int kPieceShift = 3;
   static_assert(kPieces == 1 << kPieceShift);
-  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1 (kBand:
+  // Stage j of a tile: X row j of each of its images and, from j = TH - 1 on, their dY row j - TH + 1 (kMma:
   // dY row j, while j < rows). kMma sums every pixel of a ring row: images past the batch are copied as zeros
   // (a TMA box past the maps' last image; another problem's images may follow this one's).
   auto adds_at = [](int j) { return j >= TH - 1 && (j - (TH - 1)) % kStride == 0; };
-  auto copies_g = [&](const Tile& tile, int j) { return kBand ? j < tile.rows : adds_at(j); };
+  auto copies_g = [&](const Tile& tile, int j) { return kMma ? j < tile.rows : adds_at(j); };
   // kBand: X rows in pairs (an odd count of rows gets the next, which meets only dY rows past the tile).
   auto stages = [](const Tile& tile) {
     const int rows = (tile.rows - 1) * kStride + TH;
@@ -380,7 +384,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   };
   auto issue = [&](const Tile& tile, int j, int ring_row, int g_ring_row) {
     const int ih = tile.ih0 + (kSequence ? 0 : j);
-    const int oh = tile.oh0 + (kSequence ? 0 : kBand ? j : (j - (TH - 1)) / kStride);
+    const int oh = tile.oh0 + (kSequence ? 0 : kMma ? j : (j - (TH - 1)) / kStride);
     const int iw = tile.iw0 + (kSequence ? j * out_cols : 0), ow = tile.ow0 + (kSequence ? j * out_cols : 0);
     const bool adds_g = copies_g(tile, j);
     const int copied = kMma ? images : tile.images;
@@ -436,6 +440,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
 
   Sums acc[TH][TW] = {};
   MmaSums mma_acc = {};        // kGroupMma
+  MmaRows mma_rows = {};       // kGroupMma: dY rows j, j - 1, j - 2
   BandSums<TH> band_acc = {};  // kBandMma
   const BandLanes band_lanes(lane, slot, out_cols, x_image_words * 4);
   const uint32_t ring_x_address = shared_address(ring_x), ring_g_address = shared_address(ring_g);
@@ -473,17 +478,9 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
           band_stage<T, TH>(band_acc, band_lanes, x_rows, g_rows, g_masks);
         }
       } else if constexpr (kMma) {
-        if (j >= TH - 1 && mma_first < out_c) {
-          const char* x_rows[TH];
-#pragma unroll
-          for (int a = 0; a < TH; ++a) {
-            int row = ring - (TH - 1) + a;  // X row j - TH + 1 + a
-            row += row < 0 ? kRing : 0;
-            x_rows[a] = reinterpret_cast<const char*>(ring_x + row * x_row_words);
-          }
-          mma_stage<T>(mma_acc, mma_lanes, reinterpret_cast<const char*>(ring_g + g_ring * g_row_words),
-                       x_rows);
-        }
+        if (mma_first < out_c)  // X row j against dY rows j - a
+          mma_stage<T>(mma_acc, mma_rows, mma_lanes, ring_g_address + g_ring * g_row_bytes,
+                       ring_x_address + ring * x_row_bytes, j, adding.rows);
       } else if (adds && adds_at(j) && (!kSequence || adding.ow0 + j * out_cols + c0 < out_w)) {
         const uint32_t* const g_row =
             ring_g + g_ring * g_row_words + (image * out_cols + c0) * kGroupedLanes + lane;
@@ -534,7 +531,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     band_store<TH, TW>(band_acc, lane, mma_first, p, t, out);
     return;
   } else if constexpr (kMma) {
-    mma_store(mma_acc, lane, mma_first, out_c, int(p.group_c), out);
+    mma_store(mma_acc, lane, slot, k0, out_c, int(p.group_c), reinterpret_cast<float*>(ring_x), out);
     return;
   }
   __syncthreads();  // the ring is read: its memory takes the warps' partial taps

@@ -106,9 +106,15 @@ WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
 // bytes to align them, and the barriers.
 WINRS_HD constexpr int64_t mma_x_image_bytes(int64_t x_cols) { return (x_cols * 128 + 1023) / 1024 * 1024; }
 WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int64_t images) {
-  constexpr int64_t x_rows = kMmaTileW + kMmaDepth - 1;
-  return images * (x_rows * mma_x_image_bytes(x_cols) + kMmaDepth * out_cols * 128) + 1024 + x_rows * 8;
+  return images * kMmaDepth * (mma_x_image_bytes(x_cols) + out_cols * 128) + 1024 + kMmaDepth * 8;
 }
+// The block's span of dW in float32, which the rings' memory takes at the end (64 channels x 3 x 3 x 16 at
+// most): below the barriers for every tile of 32 pixel slots (8, 16 or 32 columns an image).
+inline constexpr int64_t kMmaSpanBytes =
+    int64_t(kMmaSliceChannels) * kGroupedSlots * kMmaTileW * kMmaTileW * 16 * 4;
+static_assert(mma_ring_bytes(10, 8, 4) > kMmaSpanBytes + 1024 &&
+              mma_ring_bytes(18, 16, 2) > kMmaSpanBytes + 1024 &&
+              mma_ring_bytes(34, 32, 1) > kMmaSpanBytes + 1024);
 // Depthwise layers on tensor cores (the band kernel: 16-bit, multiplier 1, unit steps, square tap tiles of up
 // to 7x7; the planner takes it for 7x7 filters, where it is faster than CUDA cores, and for larger ones in
 // tap tiles of 7x7, each a unit of blocks). Per channel, dW[kh][kw] sums the products of X row x and dY row y
