@@ -106,7 +106,7 @@ WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
 // bytes to align them, and the barriers.
 WINRS_HD constexpr int64_t mma_x_image_bytes(int64_t x_cols) { return (x_cols * 128 + 1023) / 1024 * 1024; }
 WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int64_t images) {
-  return images * kMmaDepth * (mma_x_image_bytes(x_cols) + out_cols * 128) + 1024 + kMmaDepth * 8;
+  return images * kMmaDepth * (mma_x_image_bytes(x_cols) + out_cols * 128) + 1024 + kMmaDepth * 16;
 }
 // The block's span of dW in float32, which the rings' memory takes at the end (64 channels x 3 x 3 x 16 at
 // most): below the barriers for every tile of 32 pixel slots (8, 16 or 32 columns an image).
@@ -135,7 +135,7 @@ WINRS_HD constexpr int band_x_rows() { return kBandDepth + 1; }
 WINRS_HD constexpr int band_g_rows(int tile_h) { return 4 * band_windows(tile_h) + kBandDepth - 1; }
 WINRS_HD constexpr int64_t band_ring_bytes(int64_t x_cols, int64_t out_cols, int64_t images, int tile_h) {
   return images * (band_x_rows() * mma_x_image_bytes(x_cols) + band_g_rows(tile_h) * out_cols * 128) + 1024 +
-         band_x_rows() * 8;
+         band_x_rows() * 16;
 }
 // Its tiles' columns: every warp a column of 8 outputs, so maps of 16 columns or less put 32 / out_cols
 // images side by side in a tile (14x14 and 7x7 maps: 2 and 4 images), rather than leave warps idle.
