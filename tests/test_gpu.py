@@ -400,6 +400,33 @@ def test_tensor_core_groups_copy_by_cp_async_too(case, rng, monkeypatch):
     test_tensor_core_groups_match_float64_and_the_cpu(case, jnp.bfloat16, rng)
 
 
+@pytest.mark.parametrize(
+    "x_shape, filter_hw, groups",
+    # 24 tiles of 16 channels a group; 8 tiles of a 7x7 depthwise layer
+    [((6, 20, 40, 64), (3, 3), 4), ((4, 30, 30, 64), (7, 7), 64)],
+    ids=["groups", "depthwise-7x7"],
+)
+def test_tensor_core_kernels_through_one_split(x_shape, filter_hw, groups, rng):
+    """The tensor-core streaming kernels with every tile in one split: each block walks its tiles' hundreds of
+    stages through a ring of 5 rows, which the TMA form's thread 0 reuses once the warps release them (done
+    barriers, no block barrier: warps drift apart by up to the copies in flight). Against float64."""
+    c = x_shape[3]
+    pads = tuple((f // 2, f // 2) for f in filter_hw)
+    w_shape = (*filter_hw, c // groups, c)
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal(x_shape), jnp.bfloat16)
+    options = winrs_jax.PlannerOptions(mode="winrs", segments=1)
+    plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.bfloat16), (1, 1), pads, dimension_numbers=DN,
+                          feature_group_count=groups, options=options)  # fmt: skip
+    assert plan.tensor_cores and plan.splits == 1
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, padding=pads, dimension_numbers=DN,
+                           feature_group_count=groups, options=options)  # fmt: skip
+    got = np.asarray(jax.jit(fn)(jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())), np.float64)
+    expected = grouped_reference(x, dy, filter_hw, (1, 1), pads, (1, 1), groups)
+    tolerance = 1e-5 + 2.0**-8
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+
+
 def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):
     """A depthwise layer summing 2^18 products per tap (where the paper saw cuDNN lose accuracy), and vmap over
     70000 tiny depthwise problems: more than one launch's gridDim.z."""
