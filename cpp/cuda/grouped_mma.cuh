@@ -58,9 +58,9 @@ using MmaRows = uint32_t[kMmaTileW][2][4];
 // Stage j of a tile: loads dY row j's fragments (the ring's row at g_row; zeros past the tile's `rows`) into
 // g[0], after moving g[0], g[1] to g[1], g[2]; then adds X row j (x_row) shifted by b against dY row j - a
 // for tap (a, b). Each X and dY row is read from shared memory once (20 ldmatrix a stage when each stage read
-// its 3 X rows: shared-memory waits were a third of the stage's stall samples, H100, 2026-11-25), and all
-// of a stage's fragments are loaded before its MMAs (the asm keeps program order, so a load between MMAs
-// waited out its latency: 1.1-1.2x faster so on the H100).
+// its 3 X rows: shared-memory waits were a third of the stage's stall samples, H100, 2026-11-25). X's
+// fragments come a k-step at a time (registers for 3 blocks per SM), each step's before its MMAs: the asm
+// keeps program order, so a load between MMAs waits out its latency (1.1-1.2x slower so on the H100).
 template <typename T>
 __device__ __forceinline__ void mma_stage(MmaSums& acc, MmaRows& g, const MmaLanes& lanes, uint32_t g_row,
                                           uint32_t x_row, int j, int rows) {
