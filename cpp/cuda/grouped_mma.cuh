@@ -96,9 +96,6 @@ __device__ __forceinline__ void mma_stage(MmaSums& acc, MmaRows& g, const MmaLan
   }
 }
 
-// The block's channels: kGroupedSlots slices of kMmaSliceChannels.
-inline constexpr int kMmaBlockChannels = kMmaSliceChannels * kGroupedSlots;
-
 // Stores the block's dW: the entries whose dY and X channels share a group, dW[k, a, b, c % group_c] (K x 3 x
 // 3 x C_g, or a split's partial dW of that layout) for k from the block's first channel k0 (k < out_c): one
 // span of dW. Each warp puts its entries at their places in the span in shared memory (`span`, free once the

@@ -98,6 +98,7 @@ WINRS_HD constexpr bool streamable_strided_tile(int tile_w) { return tile_w == 3
 // Its copies run kMmaDepth - 1 rows ahead (2, 4: alike on the H100; its warps' chains of loads and MMAs bound
 // it, not the copies' latency).
 inline constexpr int kMmaSliceChannels = 16, kMmaTileW = 3, kMmaBlocksPerSm = 3, kMmaDepth = 5;
+inline constexpr int kMmaBlockChannels = kMmaSliceChannels * kGroupedSlots;  // a block's slices
 WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
   return group_c == 2 || group_c == 4 || group_c == 8 || group_c == 16;
 }
@@ -110,8 +111,7 @@ WINRS_HD constexpr int64_t mma_ring_bytes(int64_t x_cols, int64_t out_cols, int6
 }
 // The block's span of dW in float32, which the rings' memory takes at the end (64 channels x 3 x 3 x 16 at
 // most): below the barriers for every tile of 32 pixel slots (8, 16 or 32 columns an image).
-inline constexpr int64_t kMmaSpanBytes =
-    int64_t(kMmaSliceChannels) * kGroupedSlots * kMmaTileW * kMmaTileW * 16 * 4;
+inline constexpr int64_t kMmaSpanBytes = int64_t(kMmaBlockChannels) * kMmaTileW * kMmaTileW * 16 * 4;
 static_assert(mma_ring_bytes(10, 8, 4) > kMmaSpanBytes + 1024 &&
               mma_ring_bytes(18, 16, 2) > kMmaSpanBytes + 1024 &&
               mma_ring_bytes(34, 32, 1) > kMmaSpanBytes + 1024);
