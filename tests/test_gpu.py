@@ -294,9 +294,10 @@ def test_handler_errors_on_gpu():
 def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng, monkeypatch):
     """The CUDA kernels sum the same tasks, splits and warps in the same order as the CPU executor (depthwise
     cases of a warp's channels on maps wider than 24 columns by the streaming kernel, other 16-bit depthwise
-    cases with 16-byte channel runs by the pipelined one). Groups of 2 to 16 channels would run as the dense
-    layer (test_dense_grouped_layers_on_the_gpu): turned off, as the direct kernels still take them where there
-    are many groups."""
+    cases with 16-byte channel runs by the pipelined one), the splits in a fixed order (deterministic; the
+    default's atomic adds: test_splits_add_atomically_on_the_gpu). Groups of 2 to 16 channels would run as the
+    dense layer (test_dense_grouped_layers_on_the_gpu): turned off, as the direct kernels still take them where
+    there are many groups."""
     monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
     x_shape, filter_hw, multiplier, groups, strides, pads, dilation = GROUPED_CASES[case]
     w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
@@ -307,7 +308,8 @@ def test_direct_grouped_kernels_match_float64_and_the_cpu(case, dtype, rng, monk
                                                             feature_group_count=groups), x)  # fmt: skip
     dy = jnp.asarray(scale * rng.random(out.shape, dtype=np.float32), dtype)
     fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=strides, padding=pads,
-                           rhs_dilation=dilation, dimension_numbers=DN, feature_group_count=groups)  # fmt: skip
+                           rhs_dilation=dilation, dimension_numbers=DN, feature_group_count=groups,
+                           options=winrs_jax.PlannerOptions(deterministic=True))  # fmt: skip
     gpu = np.asarray(jax.jit(fn)(jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())), np.float64)
     cpu_device = jax.devices("cpu")[0]
     cpu = np.asarray(jax.jit(fn)(jax.device_put(x, cpu_device), jax.device_put(dy, cpu_device)), np.float64)
@@ -425,6 +427,52 @@ def test_tensor_core_kernels_through_one_split(x_shape, filter_hw, groups, rng):
     expected = grouped_reference(x, dy, filter_hw, (1, 1), pads, (1, 1), groups)
     tolerance = 1e-5 + 2.0**-8
     np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+
+
+# A case of each kernel form (test_grouped.CASES): staging (3x3 strided, and 16-bit pipelined), streaming (3x3),
+# the band kernel (7x7), stride 2 streamed, 1D streamed, and ResNeXt-style groups on tensor cores.
+ATOMIC_CASES = [(1, np.float32), (0, jnp.bfloat16), (14, np.float32), (21, jnp.bfloat16), (29, jnp.bfloat16),
+                (31, np.float32), ("groups", jnp.bfloat16)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case, dtype", ATOMIC_CASES, ids=[f"{c}-{np.dtype(t).name}" for c, t in ATOMIC_CASES]
+)
+def test_splits_add_atomically_on_the_gpu(case, dtype, rng, monkeypatch):
+    """By default the splits add into dW as they finish (atomic adds into the dW the handler zeroed; no workspace,
+    no reduction pass): against float64 and the fixed-order compensated sum, three splits forced, each program
+    run twice (a dW not zeroed first would keep the first run's sums)."""
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
+    groups_case = ((2, 20, 40, 64), (3, 3), 1, 4, (1, 1), ((1, 1), (1, 1)), (1, 1))
+    x_shape, filter_hw, multiplier, groups, strides, pads, dilation = (
+        groups_case if case == "groups" else GROUPED_CASES[case]
+    )
+    w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
+    x = jnp.asarray(rng.random(x_shape, dtype=np.float32), dtype)
+    out = jax.eval_shape(lambda x: lax.conv_general_dilated(x, jnp.zeros(w_shape, dtype), strides, pads,
+                                                            rhs_dilation=dilation, dimension_numbers=DN,
+                                                            feature_group_count=groups), x)  # fmt: skip
+    dy = jnp.asarray(rng.random(out.shape, dtype=np.float32), dtype)
+    args = dict(window_strides=strides, padding=pads, rhs_dilation=dilation, dimension_numbers=DN,
+                feature_group_count=groups)  # fmt: skip
+    expected = grouped_reference(x, dy, filter_hw, strides, pads, dilation, groups)
+    rounding = 0.0 if dtype == np.float32 else 2.0**-8
+    tolerance = 1e-5 + rounding
+    results = {}
+    for deterministic in (None, True):
+        options = winrs_jax.PlannerOptions(mode="winrs", segments=3, deterministic=deterministic)
+        plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, dtype), **args, options=options)
+        assert plan.method == "direct" and plan.splits == 3 and plan.atomic == (deterministic is None)
+        assert plan.tensor_cores == (case in (21, "groups")) and plan.streams == (case not in (0, 1))
+        fn = jax.jit(
+            functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **args, options=options)
+        )
+        xd, dyd = jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())
+        first = np.asarray(fn(xd, dyd), np.float64)
+        results[deterministic] = np.asarray(fn(xd, dyd), np.float64)
+        for got in (first, results[deterministic]):
+            np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+    np.testing.assert_allclose(results[None], results[True], rtol=1e-6 + 2 * rounding)
 
 
 def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):

@@ -158,24 +158,55 @@ def test_ensemble_under_vmap_runs_stacked_in_one_call(rng):
 
 @pytest.mark.parametrize("splits", [8, 100])
 def test_splits_are_added_with_compensation(splits):
-    """Split 0's partial sum is 2^24 and each other split adds 1: summed plainly in float32 every 1 is lost
-    (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing of 2 there. 8 splits
-    are added by one thread (Kahan), 100 by 32 lanes whose sums merge in a tree (TwoSum)."""
+    """With a deterministic sum, split 0's partial sum is 2^24 and each other split adds 1: summed plainly in
+    float32 every 1 is lost (2^24 + 1 rounds back to 2^24); the compensated sum keeps them, to float32's spacing
+    of 2 there. 8 splits are added by one thread (Kahan), 100 by 32 lanes whose sums merge in a tree (TwoSum).
+    (The default adds the splits into dW as they finish: test_splits_add_into_dw_by_default.)"""
     tile = 64  # a 1D layer's spatial tile: 64 columns; one tile per split
     width = splits * tile
     dy = np.zeros((1, 1, width, 1), np.float32)
     dy[0, 0, 0, 0] = 2.0**24  # split 0
     for split in range(1, splits):
         dy[0, 0, split * tile, 0] = 1.0  # the first column of each other split
-    options = PlannerOptions(segments=splits)
+    options = PlannerOptions(segments=splits, deterministic=True)
     direct = winrs_jax.planner.plan_grouped(1, (1, width), 2, 2, (1, 1), (0, 0, 0, 0), (1, 1), (1, 1), 2, "fp32",
                                             "fp32", options)  # fmt: skip
-    assert direct.splits == splits and direct.spatial_tile == (1, tile)
+    assert direct.splits == splits and direct.spatial_tile == (1, tile) and not direct.atomic
     x2, dy2 = jnp.ones((1, 1, width, 2), jnp.float32), jnp.asarray(np.repeat(dy, 2, axis=3))
     dw = _ffi.backward_filter_call(x2, dy2, (), (2, 1, 1, 1), direct.workspace_elems, direct.ffi_attributes(),
                                    _ffi.GROUPED_TARGET)  # fmt: skip
     exact = 2.0**24 + splits - 1
     assert np.all(np.abs(np.asarray(dw, np.float64) - exact) <= 1.0)  # plain summation is off by splits - 1
+
+
+@pytest.mark.parametrize("case", [0, 6, 14, 31], ids=["3x3", "31x31", "streamed", "1d"])
+def test_splits_add_into_dw_by_default(case, rng, monkeypatch):
+    """By default a direct plan's splits add into dW as they finish (on the GPU by atomic adds into a zeroed
+    dW, in any order; the CPU in split order): no workspace, no reduction pass; PlannerOptions(deterministic=
+    True) or XLA's deterministic-ops flag keeps the fixed-order compensated sum of partial filter gradients.
+    Both against float64, with three splits forced."""
+    monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
+    x_shape, filter_hw, multiplier, groups, strides, pads, dilation = CASES[case]
+    w_shape = (*filter_hw, x_shape[3] // groups, x_shape[3] * multiplier)
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+    out = jax.eval_shape(lambda x: lax.conv_general_dilated(x, jnp.zeros(w_shape), strides, pads,
+                                                            rhs_dilation=dilation, dimension_numbers=NHWC,
+                                                            feature_group_count=groups), x)  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    expected = _reference(x, dy, filter_hw, strides, pads, dilation, groups)
+    args = dict(window_strides=strides, padding=pads, rhs_dilation=dilation, dimension_numbers=NHWC,
+                feature_group_count=groups)  # fmt: skip
+    for deterministic, atomic in ((None, True), (True, False)):
+        options = PlannerOptions(segments=3, deterministic=deterministic)
+        plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.float32), **args, options=options)
+        assert plan.method == "direct" and plan.splits == 3 and plan.atomic == atomic
+        assert (plan.workspace_bytes == 0) == atomic and ("atomic adds" in str(plan)) == atomic
+        got = np.asarray(jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **args,
+                                                   options=options))(x, dy))  # fmt: skip
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=true")
+    flagged = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, jnp.float32), **args, options=PlannerOptions())
+    assert not flagged.atomic and flagged.workspace_bytes == 4 * (flagged.splits - 1) * int(np.prod(w_shape))
 
 
 def test_plan_printout_names_the_direct_kernels():
@@ -185,9 +216,11 @@ def test_plan_printout_names_the_direct_kernels():
     text = str(plan)
     assert plan.method == "direct" and plan.tile == (7, 7)
     assert "64 groups of 1 -> 1 channels (depthwise)" in text and "read in place" in text
-    assert (
-        f"split into {plan.splits} parts" in text and plan.workspace_bytes == 4 * (plan.splits - 1) * 64 * 49
-    )
+    assert f"split into {plan.splits} parts" in text and plan.atomic and plan.workspace_bytes == 0
+    ordered = winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=64,
+                             options=PlannerOptions(deterministic=True))  # fmt: skip
+    assert ordered.workspace_bytes == 4 * (ordered.splits - 1) * 64 * 49
+    assert "with compensation" in str(ordered)
 
 
 @pytest.mark.parametrize(
@@ -477,7 +510,7 @@ def test_tensor_core_groups_match_float64(case, dtype, rng):
 
 def _grouped_attrs(**overrides):
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, dilation_h=1,
-                 dilation_w=1, groups=4, path=0, sm_count=132, splits=1)  # fmt: skip
+                 dilation_w=1, groups=4, path=0, sm_count=132, splits=1, atomic=0)  # fmt: skip
     attrs.update(overrides)
     return attrs
 
@@ -493,6 +526,7 @@ def _grouped_attrs(**overrides):
         (dict(path=3), "element type of path bf16"),
         (dict(splits=2), "workspace size"),
         (dict(sm_count=0), "planner attribute out of range"),
+        (dict(atomic=2), "atomic must be 0 or 1"),
     ],
 )
 def test_grouped_handler_rejects_inconsistent_inputs(overrides, message):

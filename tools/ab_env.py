@@ -5,8 +5,11 @@ values are identical, and close. A variable the planner reads (PLAN_TIME) gives 
 traced and planned with it set (the handler plans again at each call, with the value set for the call).
 
 python tools/ab_env.py VAR VALUE_A VALUE_B DTYPE SHAPE...   # shapes in bench's form, e.g. 32:56:256:3
+
+VAR DETERMINISTIC (values 1 and 0) sets PlannerOptions.deterministic instead: each value its own program.
 """
 
+import dataclasses
 import json
 import os  # noqa: I001
 import statistics
@@ -19,9 +22,9 @@ import numpy as np
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer="
 
 from winrs_jax import choice, planner
-from winrs_jax.bench.suite import Shape, _compiled, _filter_grads, time_ms
+from winrs_jax.bench.suite import WINRS, Shape, _compiled, _filter_grads, time_ms
 
-PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA"}
+PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "DETERMINISTIC"}
 
 
 def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None:
@@ -30,9 +33,12 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
         programs, compiled_by_value = {}, {}
         for value in values if var in PLAN_TIME else values[:1]:
             os.environ[var] = value
-            planner.plan_grouped.cache_clear()
-            x, dy, w, kwargs, compiled = _compiled(shape, dtype_name)
-            fns = _filter_grads(w, kwargs)
+            planner._plan_grouped.cache_clear()
+            options = (
+                dataclasses.replace(WINRS, deterministic=value == "1") if var == "DETERMINISTIC" else WINRS
+            )
+            x, dy, w, kwargs, compiled = _compiled(shape, dtype_name, options)
+            fns = _filter_grads(w, kwargs, options)
             per_call = programs["per_call"] if programs else None
             (xla, ours), per_call = choice.repeated_calls(list(fns.values()), x, dy, per_call, every=True)
             programs |= {"per_call": per_call, "xla": xla, value: ours}

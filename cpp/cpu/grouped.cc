@@ -14,14 +14,16 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
   const GroupedProblem& p = op.problem;
   const GroupedPlan& plan = op.plan;
   const int64_t dw_elems = p.filter_elems();
-  // One task: a stacked problem, a split and a unit, for every output channel (the kernel's blocks).
-  parallel_for(op.stacked * plan.splits * plan.units, [&](int64_t task) {
-    const int64_t unit = task % plan.units, split = (task / plan.units) % plan.splits;
-    const int64_t problem = task / (plan.units * plan.splits);
+  // One task: a stacked problem, a split, a unit and kGroupedLanes output channels (the kernel's blocks).
+  const int64_t channel_blocks = (p.out_c + kGroupedLanes - 1) / kGroupedLanes;
+  auto task = [&](int64_t problem, int64_t split, int64_t unit, int64_t channel_block) {
     const int64_t x0 = problem * op.input_stride, dy0 = problem * op.grad_stride;
-    float* out = split == 0 ? b.filter_grad + problem * dw_elems
-                            : b.workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
-    for (int64_t k = 0; k < p.out_c; ++k) {
+    float* out = split == 0 || plan.atomic
+                     ? b.filter_grad + problem * dw_elems
+                     : b.workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+    const bool add = plan.atomic && split > 0;
+    const int64_t k_end = std::min(p.out_c, (channel_block + 1) * kGroupedLanes);
+    for (int64_t k = channel_block * kGroupedLanes; k < k_end; ++k) {
       const GroupedTask t = grouped_task(p, plan, k, unit);
       const int64_t channel = grouped_x_channel(p, t);
       float total[TH][TW] = {};
@@ -50,9 +52,22 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
         for (int r = 0; r < TH; ++r)
           for (int j = 0; j < TW; ++j) total[r][j] = slot == 0 ? acc[r][j] : total[r][j] + acc[r][j];
       }
-      grouped_store<TW>(p, t, total, out);
+      grouped_store<TW>(p, t, total, out, [add](float* at, float v) { *at = add ? *at + v : v; });
     }
-  });
+  };
+  const int64_t per_split = op.stacked * plan.units * channel_blocks;
+  auto run_tasks = [&](int64_t split, int64_t splits) {
+    parallel_for(splits * per_split, [&](int64_t index) {
+      const int64_t channel_block = index % channel_blocks, unit = index / channel_blocks % plan.units;
+      const int64_t problem = index / (channel_blocks * plan.units) % op.stacked;
+      task(problem, split + index / per_split, unit, channel_block);
+    });
+  };
+  if (plan.atomic) {  // the splits add into dW one after another (the GPU's atomic adds: in any order)
+    for (int64_t split = 0; split < plan.splits; ++split) run_tasks(split, 1);
+    return;
+  }
+  run_tasks(0, plan.splits);
   if (plan.splits == 1) return;
   // The splits' sum, as the CUDA split reduction adds them (winrs/reduction.h): same lanes, same tree.
   constexpr int64_t kBlock = 4096;

@@ -291,6 +291,26 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// A split's sums into dW: stored, or added where the splits add into a zeroed dW as they finish (atomic adds,
+// reductions in L2; 16 bytes at a time on sm_90).
+__device__ __forceinline__ void put_float(float* at, float v, bool add) {
+  if (add)
+    atomicAdd(at, v);
+  else
+    *at = v;
+}
+__device__ __forceinline__ void put_float4(float* at, float4 v, bool add) {
+  if (!add) {
+    *reinterpret_cast<float4*>(at) = v;
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(at), v);
+#else
+  atomicAdd(at, v.x), atomicAdd(at + 1, v.y), atomicAdd(at + 2, v.z), atomicAdd(at + 3, v.w);
+#endif
+}
+
 // Serial split-K (winrs/segments.h): a block waits until its chain's semaphore reaches its link, adds its
 // result into the bucket, and passes the semaphore on. One thread polls with acquire loads; the barrier
 // hands the ordering to the block. The previous link ran on an earlier-dispatched block, so this never waits

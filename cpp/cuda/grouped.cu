@@ -224,9 +224,10 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
 #pragma unroll
       for (int j = 0; j < TW; ++j) acc[r][j] += partial[((s * TH + r) * TW + j) * kGroupedLanes + lane];
   const int64_t dw_elems = p.filter_elems();
-  float* out = split == 0 ? dw + problem * dw_elems
-                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
-  grouped_store<TW>(p, t, acc, out);
+  float* out = split == 0 || plan.atomic
+                   ? dw + problem * dw_elems
+                   : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  grouped_store<TW>(p, t, acc, out, [&](float* at, float v) { put_float(at, v, plan.atomic); });
 }
 
 // A thread's channels of one pixel: one 4-byte word (winrs/grouped.h, kStreamBytes), unpacked to floats.
@@ -553,15 +554,16 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   }
   if constexpr (!kTma) cp_async_wait<0>();
   const int64_t dw_elems = p.filter_elems();
-  float* out = split == 0 ? dw + problem * dw_elems
-                          : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  float* out = split == 0 || plan.atomic
+                   ? dw + problem * dw_elems
+                   : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
   if constexpr (kBand) {  // each warp's own channels: no sums across warps
-    band_store<TH, TW>(band_acc, lane, mma_first, p, t, out);
+    band_store<TH, TW>(band_acc, lane, mma_first, p, t, out, plan.atomic);
     return;
   } else if constexpr (kMma) {
     // (the span from smem4's symbol, so that its loads and stores are the shared memory's own)
     float* const span = reinterpret_cast<float*>(smem4) + (ring_x - reinterpret_cast<uint32_t*>(smem4));
-    mma_store(mma_acc, lane, slot, k0, out_c, int(p.group_c), span, out);
+    mma_store(mma_acc, lane, slot, k0, out_c, int(p.group_c), span, out, plan.atomic);
     return;
   }
   __syncthreads();  // the ring is read: its memory takes the warps' partial taps
@@ -594,7 +596,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
       }
     GroupedTask channel = t;
     channel.k += v;
-    grouped_store<TW, TH>(p, channel, sums, out);
+    grouped_store<TW, TH>(p, channel, sums, out, [&](float* at, float v) { put_float(at, v, plan.atomic); });
   }
 }
 
@@ -778,6 +780,13 @@ cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_
     *stage = "grouped kernel launch (the streaming kernel needs 16-byte aligned X and dY)";
     return cudaErrorMisalignedAddress;
   }
+  if (op.plan.atomic) {
+    *stage = "filter gradient reset";  // the splits add into it as they finish
+    if (cudaError_t e = cudaMemsetAsync(
+            filter_grad, 0, sizeof(float) * size_t(op.stacked * op.problem.filter_elems()), stream);
+        e != cudaSuccess)
+      return e;
+  }
   cudaError_t e = cudaSuccess;
   switch (path_info(op.plan.path).storage) {
     case Storage::kBF16:
@@ -789,7 +798,7 @@ cudaError_t run_grouped(const GroupedOp& op, const void* input, const void* out_
     default:
       e = launch_all<float>(op, input, out_grad, filter_grad, workspace, stream);
   }
-  if (e != cudaSuccess || op.plan.splits == 1) return e;
+  if (e != cudaSuccess || op.plan.splits == 1 || op.plan.atomic) return e;
   *stage = "split reduction launch";
   return launch_split_sum(op, filter_grad, workspace, stream);
 }

@@ -130,7 +130,8 @@ __device__ __forceinline__ void band_stage(BandSums<TH>& acc, const BandLanes& l
 // plus X row x's in lane (g, (kh + 1) % 4), window (kh + 1) / 4 (c0, c1), added in that order.
 template <int TH, int TW>
 __device__ __forceinline__ void band_store(const BandSums<TH>& acc, int lane, int first,
-                                           const GroupedProblem& p, const GroupedTask& task, float* dw) {
+                                           const GroupedProblem& p, const GroupedTask& task, float* dw,
+                                           bool add) {
   constexpr int W = band_windows(TH);
   const int g = lane >> 2, t = lane & 3, next = (lane & ~3) | ((t + 1) & 3);
   const int64_t kw = task.kw0 + g;
@@ -145,8 +146,8 @@ __device__ __forceinline__ void band_store(const BandSums<TH>& acc, int lane, in
         const int kh = t + 4 * w;
         const int64_t k = first + 2 * pair + c;
         if (kh < task.taps_h && g < TW && kw < p.filter_w && k < p.out_c)  // (g = TW: the next tile's column)
-          dw[(k * p.filter_h + task.kh0 + kh) * p.filter_w + kw] =
-              acc[pair][w][2 + c] + (t == 3 ? later : same);
+          put_float(dw + (k * p.filter_h + task.kh0 + kh) * p.filter_w + kw,
+                    acc[pair][w][2 + c] + (t == 3 ? later : same), add);
       }
 }
 

@@ -101,9 +101,9 @@ __device__ __forceinline__ void mma_stage(MmaSums& acc, MmaRows& g, const MmaLan
 // span of dW. Each warp puts its entries at their places in the span in shared memory (`span`, free once the
 // ring is read), then the block writes the span with 16-byte stores where it is 16-byte aligned. (The lanes'
 // 72 scattered 4-byte stores of each entry were a third of the kernel's warp stall samples on 3x3 64:14:512
-// g32, H100, 2026-11-25.) Every thread of the block calls it.
+// g32, H100, 2026-11-25.) add: the splits add into dW (plan.atomic). Every thread of the block calls it.
 __device__ __forceinline__ void mma_store(const MmaSums& acc, int lane, int slot, int k0, int out_c,
-                                          int group_c, float* span, float* dw) {
+                                          int group_c, float* span, float* dw, bool add) {
   const int group_shift = __ffs(group_c) - 1;  // group_c: 2, 4, 8 or 16 (mma_group_channels)
   const int channels = min(kMmaBlockChannels, out_c - k0), taps = kMmaTileW * kMmaTileW;
   __syncthreads();  // every warp's last stage has read the ring
@@ -127,10 +127,10 @@ __device__ __forceinline__ void mma_store(const MmaSums& acc, int lane, int slot
   float* const out = dw + ((int64_t(k0) * taps) << group_shift);
   if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
     for (int i = 4 * thread; i + 4 <= elems; i += 4 * kThreads)
-      *reinterpret_cast<float4*>(out + i) = *reinterpret_cast<const float4*>(span + i);
-    for (int i = (elems & ~3) + thread; i < elems; i += kThreads) out[i] = span[i];
+      put_float4(out + i, *reinterpret_cast<const float4*>(span + i), add);
+    for (int i = (elems & ~3) + thread; i < elems; i += kThreads) put_float(out + i, span[i], add);
   } else {
-    for (int i = thread; i < elems; i += kThreads) out[i] = span[i];
+    for (int i = thread; i < elems; i += kThreads) put_float(out + i, span[i], add);
   }
 }
 

@@ -22,6 +22,7 @@ struct GroupedAttrs {
   int64_t path;      // winrs::Path: fp32, bf16 or fp16 (the storage type; arithmetic is FP32)
   int64_t sm_count;  // the planner's target GPU
   int64_t splits;    // > 0 forces the split count
+  int64_t atomic;    // 1: the splits add into dW as they finish (in any order on the GPU)
 };
 
 // Buffers: input N x H x W x C and out_grad N x OH x OW x K in the path's storage type, filter_grad
@@ -34,6 +35,7 @@ std::string decode_grouped_call(const xla::ffi::AnyBuffer& input, const xla::ffi
   if (!valid_path(int(a.path))) return "unknown arithmetic path";
   if (a.sm_count < 1 || a.sm_count > kIntMax || a.splits < 0 || a.splits > kIntMax)
     return "planner attribute out of range";
+  if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
   const Path path = static_cast<Path>(a.path);
   StackedBuffers b;
   if (std::string error = decode_stacked(input, out_grad, filter_grad, path, &b); !error.empty())
@@ -52,10 +54,10 @@ std::string decode_grouped_call(const xla::ffi::AnyBuffer& input, const xla::ffi
   s.dilation[0] = a.dilation_h;
   s.dilation[1] = a.dilation_w;
   s.groups = a.groups;
-  const GroupedOptions options{path, int(a.sm_count), a.splits};
+  const GroupedOptions options{path, int(a.sm_count), a.splits, a.atomic == 1};
   if (std::string error = make_grouped(s, options, op); !error.empty()) return error;
   if (int64_t(workspace->element_count()) != op->workspace_elems())
-    return "workspace size does not match the plan's (splits - 1) x filter size";
+    return "workspace size does not match the plan's (splits - 1) x filter size (0 with atomic adds)";
   return {};
 }
 
@@ -68,4 +70,4 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<int64_t>("stride_w"), ::xla::ffi::StructMember<int64_t>("dilation_h"),
     ::xla::ffi::StructMember<int64_t>("dilation_w"), ::xla::ffi::StructMember<int64_t>("groups"),
     ::xla::ffi::StructMember<int64_t>("path"), ::xla::ffi::StructMember<int64_t>("sm_count"),
-    ::xla::ffi::StructMember<int64_t>("splits"));
+    ::xla::ffi::StructMember<int64_t>("splits"), ::xla::ffi::StructMember<int64_t>("atomic"));

@@ -195,7 +195,7 @@ NB_MODULE(_winrs, m) {
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t groups, int64_t pad_top, int64_t pad_bottom,
          int64_t pad_left, int64_t pad_right, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
-         int64_t dilation_w, int path, int sm_count, int64_t splits, int64_t stacked) {
+         int64_t dilation_w, int path, int sm_count, int64_t splits, int64_t stacked, bool atomic) {
         if (!winrs::valid_path(path)) throw nb::index_error("path index out of range");
         winrs::GroupedShapes s{{batch, in_h, in_w, in_c},
                                {batch, out_h, out_w, out_c},
@@ -207,7 +207,7 @@ NB_MODULE(_winrs, m) {
                                stacked};
         winrs::GroupedOp op;
         const std::string error = winrs::make_grouped(
-            s, winrs::GroupedOptions{static_cast<winrs::Path>(path), sm_count, splits}, &op);
+            s, winrs::GroupedOptions{static_cast<winrs::Path>(path), sm_count, splits, atomic}, &op);
         const winrs::GroupedPlan& plan = op.plan;
         nb::dict d;
         d["supported"] = error.empty();
@@ -224,6 +224,7 @@ NB_MODULE(_winrs, m) {
         d["tensor_cores"] = plan.tensor_cores;
         d["smem_bytes"] = plan.smem_bytes;
         d["splits"] = plan.splits;
+        d["atomic"] = plan.atomic;
         d["workspace_elems"] = plan.workspace_elems;
         d["predicted_seconds"] = plan.predicted_seconds;
         return d;
@@ -232,7 +233,7 @@ NB_MODULE(_winrs, m) {
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("groups"), nb::arg("pad_top"),
       nb::arg("pad_bottom"), nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("stride_h"),
       nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"), nb::arg("path"), nb::arg("sm_count"),
-      nb::arg("splits") = 0, nb::arg("stacked") = 1);
+      nb::arg("splits") = 0, nb::arg("stacked") = 1, nb::arg("atomic") = false);
 
   m.def(
       "segments",

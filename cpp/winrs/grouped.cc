@@ -192,10 +192,11 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     } else {
       splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
     }
-    splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
+    if (!options.atomic) splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   }
   plan.splits = std::max<int64_t>(1, std::min({splits, plan.tiles, kMaxGrid}));
-  plan.workspace_elems = (plan.splits - 1) * p.filter_elems();
+  plan.atomic = options.atomic && plan.splits > 1;
+  plan.workspace_elems = plan.atomic ? 0 : (plan.splits - 1) * p.filter_elems();
 
   const double element = storage_bytes(plan.path);
   const double flops = 2.0 * double(plan.tiles) * double(plan.chunks_per_tile()) * kGroupedChunk *

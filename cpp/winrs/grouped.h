@@ -158,9 +158,11 @@ struct GroupedPlan {
   int64_t out_rows = 0, out_cols = 0, x_rows = 0, x_cols = 0;
   int64_t tile_images = 1;
   int64_t tiles_oh = 0, tiles_ow = 0, tiles = 0;
-  int64_t splits = 0;  // the tiles are split into this many ranges, each its own partial dW: the first is dW
-                       // itself, the others the workspace, added at the end (reduction.h)
-  int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|
+  int64_t splits = 0;   // the tiles are split into this many ranges, each its own partial dW: the first is dW
+                        // itself, the others the workspace, added at the end (reduction.h); or, atomic, each
+                        // added into dW as it finishes
+  bool atomic = false;  // splits add into a zeroed dW (GPU: atomic adds, in any order; CPU: in order)
+  int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|, 0 when atomic
   int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels (the
                                 // streaming kernel: its ring of X and dY rows, or its warps' partial taps)
   double predicted_seconds = 0;
@@ -193,6 +195,8 @@ struct GroupedOptions {
   Path path = Path::kFp32;
   int sm_count = 132;
   int64_t splits = 0;  // > 0 forces the split count (tests)
+  bool atomic =
+      false;  // splits add into dW as they finish (GroupedPlan::atomic) rather than in a fixed order
 };
 
 // can_implement and initialise in one: "" when the direct kernels can run the problem, else the reason.
@@ -316,17 +320,18 @@ WINRS_HD void for_slot_chunks(const GroupedProblem& p, const GroupedPlan& plan, 
   }
 }
 
-// Stores a task's summed taps at dW (K x FH x FW x C_g) or at a split's partial dW of the same layout.
-template <int TW, int TH = grouped_tile_rows(TW)>
+// Puts a task's summed taps into dW (K x FH x FW x C_g) or a split's partial dW of the same layout:
+// put(address, value) stores, or adds for splits that add into dW (plan.atomic).
+template <int TW, int TH = grouped_tile_rows(TW), typename Put>
 WINRS_HD void grouped_store(const GroupedProblem& p, const GroupedTask& t, const float (&acc)[TH][TW],
-                            float* dw) {
+                            float* dw, const Put& put) {
   WINRS_UNROLL
   for (int r = 0; r < TH; ++r) {
     WINRS_UNROLL
     for (int j = 0; j < TW; ++j) {
       const int64_t kh = t.kh0 + r, kw = t.kw0 + j;
       if (kh < p.filter_h && kw < p.filter_w)
-        dw[((t.k * p.filter_h + kh) * p.filter_w + kw) * p.group_c + t.c] = acc[r][j];
+        put(dw + ((t.k * p.filter_h + kh) * p.filter_w + kw) * p.group_c + t.c, acc[r][j]);
     }
   }
 }

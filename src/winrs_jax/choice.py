@@ -544,6 +544,8 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             timing="repeated, equal calls",
             # A grouped layer run as its dense layer: else its key would be that dense layer's (older keys kept).
             **({"dense_groups": plan.dense_groups} if plan.dense_groups > 1 else {}),
+            # Direct grouped splits added atomically (before, always in a fixed order: older keys kept).
+            **({"atomic_splits": True} if plan.method == "direct" and plan.atomic else {}),
         ),
         sort_keys=True,
     )  # fmt: skip

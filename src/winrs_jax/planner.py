@@ -101,7 +101,8 @@ class PlannerOptions:
         so the last bits of dW, change from run to run (the accuracy does not: docs/benchmarks.md). By default
         (None) atomic, as cuDNN's filter gradients and XLA's scatters are, unless XLA_FLAGS asks XLA for
         deterministic ops (--xla_gpu_deterministic_ops or --xla_gpu_exclude_nondeterministic_ops). `buckets`
-        implies True. The direct grouped kernels (depthwise layers) always add their splits in a fixed order.
+        implies True. The direct grouped kernels (depthwise layers) add their splits the same way: atomically,
+        or (True) as partial filter gradients in the workspace, summed with compensation in a fixed order.
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
@@ -186,7 +187,7 @@ class Plan:
     segments: int = 0
     buckets: int = 0
     chain: int = 1  # kernel 0's segments per bucket, added in a fixed order
-    atomic: bool = False  # the segments add into dW atomically, in any order (PlannerOptions.deterministic)
+    atomic: bool = False  # segments (direct: splits) add into dW atomically (PlannerOptions.deterministic)
     baseline_segments: float = 0.0
     segment_rows: int = 0
     segment_shape: tuple[int, int] = (0, 0)
@@ -304,6 +305,7 @@ class Plan:
                 pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, stride_h=self.strides[0],
                 stride_w=self.strides[1], dilation_h=self.dilation[0], dilation_w=self.dilation[1],
                 groups=self.groups, path=PATHS.index(self.path), sm_count=self.sm_count, splits=self.forced_segments,
+                atomic=int(self.atomic),
             )  # fmt: skip
         return dict(
             pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
@@ -448,7 +450,10 @@ class Plan:
             f"{self.reference} arithmetic",
             f"  tiles      {summed}, {self.spatial_tile[0]}x{self.spatial_tile[1]} outputs{images} at a time "
             f"({reads}); the sum is split into {self.splits} parts",
-            f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
+            "  workspace  0 bytes: the parts add into dW (float32) as they finish, on the GPU by atomic adds in no "
+            "fixed order (not bitwise reproducible; PlannerOptions(deterministic=True) adds them in a fixed order)"
+            if self.atomic
+            else f"  workspace  {self.workspace_bytes} bytes ({self.splits - 1} partial filter gradients of float32; "
             "the parts are added with compensation)",
         ])  # fmt: skip
 
@@ -802,15 +807,26 @@ def _direct_path(dtype: Any, options: PlannerOptions) -> str | None:
     return path
 
 
-@functools.lru_cache(maxsize=4096)
 def plan_grouped(
     batch: int, input_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
     pads: tuple[int, int, int, int], strides: tuple[int, int], dilation: tuple[int, int], groups: int, path: str,
     reference: str, options: PlannerOptions | None = None, stacked: int = 1,
 ) -> Plan:  # fmt: skip
     """The direct plan of a grouped 2D layer (cpp/winrs/grouped.h; X: N x H x W x in_c with all groups), as the
-    handler derives it for `stacked` problems in one call."""
+    handler derives it for `stacked` problems in one call. Its splits add into dW atomically unless
+    PlannerOptions.deterministic (or XLA_FLAGS) asks for a fixed order."""
     options = options or PlannerOptions()
+    atomic = not deterministic_sum(options.deterministic)
+    return _plan_grouped(batch, input_hw, in_c, out_c, filter_hw, pads, strides, dilation, groups, path, reference,
+                         options, stacked, atomic)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_grouped(
+    batch: int, input_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int], strides: tuple[int, int], dilation: tuple[int, int], groups: int, path: str,
+    reference: str, options: PlannerOptions, stacked: int, atomic: bool,
+) -> Plan:  # fmt: skip
     top, bottom, left, right = pads
     out_hw = tuple(
         (size + before + after - (taps - 1) * d - 1) // s + 1
@@ -824,7 +840,7 @@ def plan_grouped(
         filter_h=filter_hw[0], filter_w=filter_hw[1], groups=groups, pad_top=top, pad_bottom=bottom,
         pad_left=left, pad_right=right, stride_h=strides[0], stride_w=strides[1], dilation_h=dilation[0],
         dilation_w=dilation[1], path=PATHS.index(path), sm_count=sm_count, splits=options.segments or 0,
-        stacked=stacked,
+        stacked=stacked, atomic=atomic,
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(
@@ -837,6 +853,7 @@ def plan_grouped(
         predicted_seconds=raw["predicted_seconds"], strides=strides, dilation=dilation, groups=groups,
         method="direct", tile=raw["tile"], spatial_tile=raw["spatial_tile"], splits=raw["splits"],
         streams=raw["streams"], tile_images=raw["tile_images"], tensor_cores=raw["tensor_cores"],
+        deterministic=options.deterministic, atomic=raw["atomic"],
     )  # fmt: skip
 
 
