@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
   const int64_t k = int64_t(blockIdx.x) * kGroupedLanes + lane;
   const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
   const bool active = k < p.out_c;
-  const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
+  const GroupedTask t = grouped_task(p, plan, active ? k : int64_t(0), int64_t(blockIdx.y));
   const int64_t channel = grouped_x_channel(p, t);
   x += problem * input_stride;
   dy += problem * grad_stride;
@@ -316,9 +316,10 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   // so a lane's V channels meet one X channel and a pixel of the block's X channels is 32 / m words.
   const int m_shift = kMultiplied ? __ffs(int(p.out_c / p.groups)) - 1 : 0;
   const int x_k0 = k0 >> m_shift, x_words = kGroupedLanes >> m_shift;
-  const int64_t split = blockIdx.z % plan.splits, problem = blockIdx.z / plan.splits;
+  // (32-bit tile and split math: the planner keeps tiles below 2^31)
+  const int split = int(blockIdx.z) % int(plan.splits), problem = int(blockIdx.z) / int(plan.splits);
   const bool active = k < p.out_c;
-  const GroupedTask t = grouped_task(p, plan, active ? k : 0, blockIdx.y);
+  const GroupedTask t = grouped_task<int>(p, plan, active ? int(k) : 0, int(blockIdx.y));
   x += problem * input_stride;
   dy += problem * grad_stride;
   const int in_h = int(p.in_h), in_w = int(p.in_w), in_c = int(p.in_c);
@@ -353,8 +354,8 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     int n, images, ih0, iw0, oh0, ow0, rows;  // images: those of the tile inside the batch
     const T *image_x, *image_g;               // offsets within one image fit 32 bits (the planner checks)
   };
-  auto tile_at = [&](int64_t tile) {
-    const GroupedTileOrigin o = grouped_tile_origin(p, plan, t, tile);
+  auto tile_at = [&](int tile) {
+    const GroupedTileOrigin o = grouped_tile_origin<int>(p, plan, t, tile);
     return Tile{int(o.n),
                 min(images, int(p.batch - o.n)),
                 int(o.ih),
@@ -423,9 +424,9 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     }
   };
 
-  const int64_t first = plan.first_tile(split), last = plan.first_tile(split + 1);
+  const int first = plan.first_tile<int>(split), last = plan.first_tile<int>(split + 1);
   // The copying cursor runs kDepth - 1 stages ahead of the adding one, across tiles.
-  int64_t copy_tile = first;
+  int copy_tile = first;
   int copy_j = 0, copy_ring = 0, copy_g_ring = 0;
   Tile copying = tile_at(first < last ? first : 0);
   auto issue_next = [&] {
@@ -462,7 +463,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
   // kTma: bit r, the parity of full[r]'s phase this thread waits for; kReleases: bit 16 + r, thread 0's of
   // done[r]
   uint32_t phases = 0;
-  for (int64_t tile = first; tile < last; ++tile) {
+  for (int tile = first; tile < last; ++tile) {
     const Tile adding = tile_at(tile);
     // for_slot_chunks skips images past the batch and columns past the output
     const bool adds = active && image < adding.images && (kSequence || adding.ow0 + c0 < out_w);

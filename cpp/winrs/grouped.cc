@@ -161,6 +161,8 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
   plan.tiles_oh = plan.sequence ? 1 : ceil_div(p.out_h, plan.out_rows);
   plan.tiles_ow = ceil_div(p.out_w, plan.out_cols * (plan.sequence ? plan.out_rows : 1));
   plan.tiles = ceil_div(p.batch, plan.tile_images) * plan.tiles_oh * plan.tiles_ow;
+  if (plan.tiles > kIntMax)
+    return "too many spatial tiles for one launch";  // the kernels count them in 32 bits
 
   const int64_t sm_count = std::max(1, options.sm_count);
   // (grouped layers on tensor cores: a block takes all taps and input channels of its groups)

@@ -168,7 +168,14 @@ struct GroupedPlan {
   double predicted_seconds = 0;
 
   WINRS_HD int64_t chunks_per_tile() const { return out_rows * tile_images * (out_cols / kGroupedChunk); }
-  WINRS_HD int64_t first_tile(int64_t split) const { return split * tiles / splits; }
+  // Split s's first tile: the first tiles % splits splits take one tile more. Index: int64_t, or int in the
+  // kernels (the planner keeps tiles in 32 bits: 64-bit divisions were a fifth of a one-tile block's
+  // instructions).
+  template <typename Index = int64_t>
+  WINRS_HD Index first_tile(Index split) const {
+    const Index per = Index(tiles) / Index(splits), more = Index(tiles) % Index(splits);
+    return split * per + (split < more ? split : more);
+  }
 };
 
 struct GroupedOp {
@@ -209,12 +216,13 @@ struct GroupedTask {
   int taps_h;  // rows of the tile inside the filter
 };
 
-WINRS_HD inline GroupedTask grouped_task(const GroupedProblem& p, const GroupedPlan& plan, int64_t k,
-                                         int64_t unit) {
-  const int64_t c = unit % p.group_c, tile = unit / p.group_c;
-  const int64_t kh0 = (tile / plan.tiles_w) * plan.tile_h;
+// (Index: as GroupedPlan::first_tile's.)
+template <typename Index = int64_t>
+WINRS_HD GroupedTask grouped_task(const GroupedProblem& p, const GroupedPlan& plan, Index k, Index unit) {
+  const Index c = unit % Index(p.group_c), tile = unit / Index(p.group_c);
+  const Index tiles_w = Index(plan.tiles_w), kh0 = (tile / tiles_w) * plan.tile_h;
   const int64_t taps_h = p.filter_h - kh0 < plan.tile_h ? p.filter_h - kh0 : plan.tile_h;
-  return {k, c, kh0, (tile % plan.tiles_w) * plan.tile_w, int(taps_h)};
+  return {k, c, kh0, (tile % tiles_w) * plan.tile_w, int(taps_h)};
 }
 
 WINRS_HD inline int64_t grouped_x_channel(const GroupedProblem& p, const GroupedTask& t) {
@@ -227,11 +235,14 @@ struct GroupedTileOrigin {
   int64_t n, oh, ow, ih, iw;
 };
 
-WINRS_HD inline GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, const GroupedPlan& plan,
-                                                      const GroupedTask& t, int64_t tile) {
-  const int64_t ow = (tile % plan.tiles_ow) * plan.out_cols * (plan.sequence ? plan.out_rows : 1);
-  const int64_t rows = tile / plan.tiles_ow;
-  const int64_t oh = (rows % plan.tiles_oh) * plan.out_rows, n = rows / plan.tiles_oh * plan.tile_images;
+// (Index: as GroupedPlan::first_tile's.)
+template <typename Index = int64_t>
+WINRS_HD GroupedTileOrigin grouped_tile_origin(const GroupedProblem& p, const GroupedPlan& plan,
+                                               const GroupedTask& t, Index tile) {
+  const Index tiles_ow = Index(plan.tiles_ow), tiles_oh = Index(plan.tiles_oh);
+  const int64_t ow = (tile % tiles_ow) * plan.out_cols * (plan.sequence ? plan.out_rows : 1);
+  const Index rows = tile / tiles_ow;
+  const int64_t oh = (rows % tiles_oh) * plan.out_rows, n = rows / tiles_oh * plan.tile_images;
   return {n, oh, ow, oh * p.stride_h + t.kh0 * p.dilation_h - p.pad_top,
           ow * p.stride_w + t.kw0 * p.dilation_w - p.pad_left};
 }
