@@ -11,6 +11,8 @@ constexpr int64_t kMaxGrid = 65535;  // gridDim.y and gridDim.z (the launcher sp
 // Blocks per SM the split count aims for (16 resident blocks of 128 threads fill an SM; registers and shared
 // memory allow fewer), and the least spatial tiles a split should sum.
 constexpr int64_t kBlocksPerSm = 12, kMinTilesPerSplit = 2;
+// Least dW elements per split whose splits add into dW atomically (below: the fixed-order sum).
+constexpr int64_t kAtomicElemsPerSplit = 16;
 // Workspace cap: the partial dWs of all splits, in float32 elements (64 MiB).
 constexpr int64_t kMaxWorkspaceElems = int64_t(16) << 20;
 // Throughputs of the cost model (H100 SXM, 132 SMs): FP32 FMA at about half of the 67 TFLOP/s peak (the
@@ -197,7 +199,10 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     if (!options.atomic) splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   }
   plan.splits = std::max<int64_t>(1, std::min({splits, plan.tiles, kMaxGrid}));
-  plan.atomic = options.atomic && plan.splits > 1;
+  // Atomic adds of the same dW element queue in L2: where many splits meet few elements (256 splits into the
+  // 1,152 of 3x3 depthwise 64:56:128, 1,792 into MobileNetV2's stride-2 864) they ran 0.79x and 0.92x the
+  // fixed-order sum, which is kept there; at 27 elements a split and more 0.97x-1.32x (H100, 2026-11-25).
+  plan.atomic = options.atomic && plan.splits > 1 && p.filter_elems() >= kAtomicElemsPerSplit * plan.splits;
   plan.workspace_elems = plan.atomic ? 0 : (plan.splits - 1) * p.filter_elems();
 
   const double element = storage_bytes(plan.path);

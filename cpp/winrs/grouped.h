@@ -158,10 +158,12 @@ struct GroupedPlan {
   int64_t out_rows = 0, out_cols = 0, x_rows = 0, x_cols = 0;
   int64_t tile_images = 1;
   int64_t tiles_oh = 0, tiles_ow = 0, tiles = 0;
-  int64_t splits = 0;   // the tiles are split into this many ranges, each its own partial dW: the first is dW
-                        // itself, the others the workspace, added at the end (reduction.h); or, atomic, each
-                        // added into dW as it finishes
-  bool atomic = false;  // splits add into a zeroed dW (GPU: atomic adds, in any order; CPU: in order)
+  int64_t splits = 0;  // the tiles are split into this many ranges, each its own partial dW: the first is dW
+                       // itself, the others the workspace, added at the end (reduction.h); or, atomic, each
+                       // added into dW as it finishes
+  // Splits add into a zeroed dW (GPU: atomic adds, in any order; CPU: in split order) where the options ask
+  // and dW has kAtomicElemsPerSplit elements a split (grouped.cc).
+  bool atomic = false;
   int64_t workspace_elems = 0;  // per stacked problem: (splits - 1) x |dW|, 0 when atomic
   int64_t smem_bytes = 0;       // float32 staging of one tile's X window and dY, kGroupedLanes channels (the
                                 // streaming kernel: its ring of X and dY rows, or its warps' partial taps)
@@ -201,9 +203,8 @@ struct GroupedShapes {
 struct GroupedOptions {
   Path path = Path::kFp32;
   int sm_count = 132;
-  int64_t splits = 0;  // > 0 forces the split count (tests)
-  bool atomic =
-      false;  // splits add into dW as they finish (GroupedPlan::atomic) rather than in a fixed order
+  int64_t splits = 0;   // > 0 forces the split count (tests)
+  bool atomic = false;  // splits may add into dW as they finish (GroupedPlan::atomic), not in a fixed order
 };
 
 // can_implement and initialise in one: "" when the direct kernels can run the problem, else the reason.

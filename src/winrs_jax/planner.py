@@ -102,7 +102,8 @@ class PlannerOptions:
         (None) atomic, as cuDNN's filter gradients and XLA's scatters are, unless XLA_FLAGS asks XLA for
         deterministic ops (--xla_gpu_deterministic_ops or --xla_gpu_exclude_nondeterministic_ops). `buckets`
         implies True. The direct grouped kernels (depthwise layers) add their splits the same way: atomically,
-        or (True) as partial filter gradients in the workspace, summed with compensation in a fixed order.
+        or (True) as partial filter gradients in the workspace, summed with compensation in a fixed order (also
+        by default where many splits meet a small dW, whose atomic adds measured slower).
     kernels: force the kernel pair, as indices into variants() (tests and kernel tuning).
     mode: "auto" (measured choice between WinRS and XLA per layer), "winrs", "xla" or "model"; by default the
         winrs_jax.mode(...) context or $WINRS_JAX_MODE, else "auto" (winrs_jax.choice).
