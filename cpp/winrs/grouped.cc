@@ -196,13 +196,14 @@ std::string make_grouped(const GroupedShapes& s, const GroupedOptions& options, 
     } else {
       splits = std::min(splits, std::max<int64_t>(1, plan.tiles / kMinTilesPerSplit));
     }
-    if (!options.atomic) splits = std::min(splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   }
   plan.splits = std::max<int64_t>(1, std::min({splits, plan.tiles, kMaxGrid}));
   // Atomic adds of the same dW element queue in L2: where many splits meet few elements (256 splits into the
   // 1,152 of 3x3 depthwise 64:56:128, 1,792 into MobileNetV2's stride-2 864) they ran 0.79x and 0.92x the
-  // fixed-order sum, which is kept there; at 27 elements a split and more 0.97x-1.32x (H100, 2026-11-25).
+  // fixed-order sum, which is kept there; at 27 elements a split and more 0.95x-1.32x (H100, 2026-11-25).
   plan.atomic = options.atomic && plan.splits > 1 && p.filter_elems() >= kAtomicElemsPerSplit * plan.splits;
+  if (!plan.atomic && options.splits <= 0)  // the workspace holds the partial dW of all splits but the first
+    plan.splits = std::min(plan.splits, 1 + kMaxWorkspaceElems / (op->stacked * p.filter_elems()));
   plan.workspace_elems = plan.atomic ? 0 : (plan.splits - 1) * p.filter_elems();
 
   const double element = storage_bytes(plan.path);
