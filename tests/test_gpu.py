@@ -440,8 +440,7 @@ ATOMIC_CASES = [(1, np.float32), (0, jnp.bfloat16), (14, np.float32), (21, jnp.b
 )
 def test_splits_add_atomically_on_the_gpu(case, dtype, rng, monkeypatch):
     """By default the splits add into dW as they finish (atomic adds into the dW the handler zeroed; no workspace,
-    no reduction pass): against float64 and the fixed-order compensated sum, three splits forced (four on the
-    grouped tensor-core layer: one cluster of splits, whose spans are summed before their adds), each program
+    no reduction pass): against float64 and the fixed-order compensated sum, three splits forced, each program
     run twice (a dW not zeroed first would keep the first run's sums)."""
     monkeypatch.setattr(winrs_jax.planner, "DENSE_MAX_GROUP_CHANNELS", 1)
     groups_case = ((2, 20, 40, 64), (3, 3), 1, 4, (1, 1), ((1, 1), (1, 1)), (1, 1))
@@ -460,11 +459,10 @@ def test_splits_add_atomically_on_the_gpu(case, dtype, rng, monkeypatch):
     rounding = 0.0 if dtype == np.float32 else 2.0**-8
     tolerance = 1e-5 + rounding
     results = {}
-    splits = 4 if case == "groups" else 3
     for deterministic in (None, True):
-        options = winrs_jax.PlannerOptions(mode="winrs", segments=splits, deterministic=deterministic)
+        options = winrs_jax.PlannerOptions(mode="winrs", segments=3, deterministic=deterministic)
         plan = winrs_jax.plan(x, jax.ShapeDtypeStruct(w_shape, dtype), **args, options=options)
-        assert plan.method == "direct" and plan.splits == splits and plan.atomic == (deterministic is None)
+        assert plan.method == "direct" and plan.splits == 3 and plan.atomic == (deterministic is None)
         assert plan.tensor_cores == (case in (21, "groups")) and plan.streams == (case not in (0, 1))
         fn = jax.jit(
             functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **args, options=options)

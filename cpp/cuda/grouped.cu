@@ -691,21 +691,6 @@ cudaError_t launch_streaming(const GroupedOp& op, const T* input, const T* out_g
         encode_boxes(&maps.g, out_grad, sizeof(T), g_images, p.out_h, p.out_w, p.out_c, g_box, swizzle))
       kernel = grouped_streaming_kernel<T, TW, true, kMultiplied, kMath, kStride, kSequence>;
   }
-  // Grouped tensor-core splits that add atomically: clusters of kMmaClusterSplits consecutive splits (of one
-  // stacked problem) sum their spans before adding (mma_store). WINRS_JAX_MMA_CLUSTER=0 launches them alone
-  // (A/B).
-  cudaLaunchAttribute cluster = {};
-  const char* cluster_flag = std::getenv("WINRS_JAX_MMA_CLUSTER");
-  if (kMath == StreamMath::kGroupMma && plan.atomic && plan.splits % kMmaClusterSplits == 0 &&
-      !(cluster_flag && cluster_flag[0] == '0') &&
-      kernel == grouped_streaming_kernel<T, TW, true, kMultiplied, kMath, kStride, kSequence>) {
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = kMmaClusterSplits;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
   // Rings of 4x4 and 5x5 tiles take more than the 48 KiB a launch gets without asking.
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes));

@@ -6,7 +6,6 @@
 // q of pixel r at q ^ (r % 8), so that 8 pixels' pieces hit distinct banks).
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -102,10 +101,7 @@ __device__ __forceinline__ void mma_stage(MmaSums& acc, MmaRows& g, const MmaLan
 // span of dW. Each warp puts its entries at their places in the span in shared memory (`span`, free once the
 // ring is read), then the block writes the span with 16-byte stores where it is 16-byte aligned. (The lanes'
 // 72 scattered 4-byte stores of each entry were a third of the kernel's warp stall samples on 3x3 64:14:512
-// g32, H100, 2026-11-25.) add: the splits add into dW (plan.atomic). Launched in clusters (sm_90, atomic
-// adds: launch_streaming), the cluster's blocks are consecutive splits of the same channels: each adds its
-// share of the span summed over the cluster's blocks (read from their shared memory), so that dW takes a
-// cluster's atomic adds once, not once per block. Every thread of the block calls it.
+// g32, H100, 2026-11-25.) add: the splits add into dW (plan.atomic). Every thread of the block calls it.
 __device__ __forceinline__ void mma_store(const MmaSums& acc, int lane, int slot, int k0, int out_c,
                                           int group_c, float* span, float* dw, bool add) {
   const int group_shift = __ffs(group_c) - 1;  // group_c: 2, 4, 8 or 16 (mma_group_channels)
@@ -129,27 +125,7 @@ __device__ __forceinline__ void mma_store(const MmaSums& acc, int lane, int slot
   const int elems = (channels * taps) << group_shift, thread = slot * kGroupedLanes + lane;
   constexpr int kThreads = kGroupedLanes * kGroupedSlots;
   float* const out = dw + ((int64_t(k0) * taps) << group_shift);
-  const bool aligned = reinterpret_cast<uintptr_t>(out) % 16 == 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int blocks = int(cluster.num_blocks());
-  if (blocks > 1 && aligned && elems % 4 == 0) {  // (alike in every block of the cluster: the same channels)
-    cluster.sync();                               // every block's span is complete
-    const int count = elems / 4, rank = int(cluster.block_rank());
-    for (int q = count * rank / blocks + thread; q < count * (rank + 1) / blocks; q += kThreads) {
-      float4 sum = reinterpret_cast<const float4*>(cluster.map_shared_rank(span, 0))[q];
-      for (int r = 1; r < blocks; ++r) {
-        const float4 v = reinterpret_cast<const float4*>(cluster.map_shared_rank(span, r))[q];
-        sum = make_float4(sum.x + v.x, sum.y + v.y, sum.z + v.z, sum.w + v.w);
-      }
-      put_float4(out + 4 * q, sum, add);
-    }
-    cluster.sync();  // no block leaves while the others read its span
-    return;
-  }
-#endif
-  if (aligned) {
+  if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
     for (int i = 4 * thread; i + 4 <= elems; i += 4 * kThreads)
       put_float4(out + i, *reinterpret_cast<const float4*>(span + i), add);
     for (int i = (elems & ~3) + thread; i < elems; i += kThreads) put_float(out + i, span[i], add);

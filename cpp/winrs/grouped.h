@@ -99,9 +99,6 @@ WINRS_HD constexpr bool streamable_strided_tile(int tile_w) { return tile_w == 3
 // it, not the copies' latency).
 inline constexpr int kMmaSliceChannels = 16, kMmaTileW = 3, kMmaBlocksPerSm = 3, kMmaDepth = 5;
 inline constexpr int kMmaBlockChannels = kMmaSliceChannels * kGroupedSlots;  // a block's slices
-// Splits of its TMA form that add into dW atomically run in clusters of this many consecutive splits, whose
-// spans are summed in shared memory before their atomic adds (grouped_mma.cuh, mma_store).
-inline constexpr int kMmaClusterSplits = 4;
 WINRS_HD constexpr bool mma_group_channels(int64_t group_c) {
   return group_c == 2 || group_c == 4 || group_c == 8 || group_c == 16;
 }
