@@ -18,9 +18,7 @@ void run(const GroupedOp& op, const GroupedBuffers& b, const ParallelFor& parall
   const int64_t channel_blocks = (p.out_c + kGroupedLanes - 1) / kGroupedLanes;
   auto task = [&](int64_t problem, int64_t split, int64_t unit, int64_t channel_block) {
     const int64_t x0 = problem * op.input_stride, dy0 = problem * op.grad_stride;
-    float* out = split == 0 || plan.atomic
-                     ? b.filter_grad + problem * dw_elems
-                     : b.workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+    float* const out = plan.split_output(b.filter_grad, b.workspace, dw_elems, problem, split);
     const bool add = plan.atomic && split > 0;
     const int64_t k_end = std::min(p.out_c, (channel_block + 1) * kGroupedLanes);
     for (int64_t k = channel_block * kGroupedLanes; k < k_end; ++k) {

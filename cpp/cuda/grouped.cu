@@ -223,10 +223,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots, kGroupedMinBlock
     for (int r = 0; r < TH; ++r)
 #pragma unroll
       for (int j = 0; j < TW; ++j) acc[r][j] += partial[((s * TH + r) * TW + j) * kGroupedLanes + lane];
-  const int64_t dw_elems = p.filter_elems();
-  float* out = split == 0 || plan.atomic
-                   ? dw + problem * dw_elems
-                   : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  float* const out = plan.split_output(dw, workspace, p.filter_elems(), problem, split);
   grouped_store<TW>(p, t, acc, out, [&](float* at, float v) { put_float(at, v, plan.atomic); });
 }
 
@@ -554,10 +551,7 @@ __global__ void __launch_bounds__(kGroupedLanes* kGroupedSlots,
     }
   }
   if constexpr (!kTma) cp_async_wait<0>();
-  const int64_t dw_elems = p.filter_elems();
-  float* out = split == 0 || plan.atomic
-                   ? dw + problem * dw_elems
-                   : workspace + problem * plan.workspace_elems + (split - 1) * dw_elems;
+  float* const out = plan.split_output(dw, workspace, p.filter_elems(), problem, split);
   if constexpr (kBand) {  // each warp's own channels: no sums across warps
     band_store<TH, TW>(band_acc, lane, mma_first, p, t, out, plan.atomic);
     return;

@@ -170,6 +170,13 @@ struct GroupedPlan {
   double predicted_seconds = 0;
 
   WINRS_HD int64_t chunks_per_tile() const { return out_rows * tile_images * (out_cols / kGroupedChunk); }
+  // Where split `split` of stacked problem `problem` puts its sums: dW itself (the first split, or every
+  // split when atomic), else its partial dW in the workspace.
+  WINRS_HD float* split_output(float* dw, float* workspace, int64_t dw_elems, int64_t problem,
+                               int64_t split) const {
+    return split == 0 || atomic ? dw + problem * dw_elems
+                                : workspace + problem * workspace_elems + (split - 1) * dw_elems;
+  }
   // Split s's first tile: the first tiles % splits splits take one tile more. Index: int64_t, or int in the
   // kernels (the planner keeps tiles in 32 bits: 64-bit divisions were a fifth of a one-tile block's
   // instructions).
