@@ -224,6 +224,14 @@ def test_many_splits_into_a_small_filter_keep_the_ordered_sum():
     assert large.splits > 1 and large.atomic and large.workspace_bytes == 0
 
 
+def test_more_spatial_tiles_than_32_bits_count_fall_back():
+    """The kernels count spatial tiles in 32 bits: a batch of 2^31 - 1 images of 33x33 (2^32 tiles) is refused by
+    the planner, with the reason, rather than launched."""
+    plan = winrs_jax.planner.plan_grouped(2**31 - 1, (33, 33), 64, 64, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 64,
+                                          "bf16", "bf16")  # fmt: skip
+    assert not plan.supported and "too many spatial tiles" in plan.reason
+
+
 def test_plan_printout_names_the_direct_kernels():
     x = jax.ShapeDtypeStruct((16, 28, 28, 64), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((7, 7, 1, 64), jnp.bfloat16)
