@@ -292,8 +292,11 @@ def test_a_settled_choice_stops_sampling(monkeypatch):
     choice._time_all([timed("xla", 0.004), timed("winrs", 0.0042)], budget_s=0.2)
     assert samples["winrs"] > 1 + 3  # close timings: sampled until the budget
     reset()
-    # Clear (1.5x) but fast: sampled for 0.1 s first, not settled after three rounds. (At 2x, a loaded machine's
-    # sleeps once made WinRS's estimate read over 3x XLA's, which ends the measurement before any sample.)
+    # Clear (1.5x) but fast: sampled for SETTLE_AFTER_S first, not settled after three rounds. (At 2x, a loaded
+    # machine's sleeps once made WinRS's estimate read over 3x XLA's, which ends the measurement before any
+    # sample.) Since every candidate's samples take the same calls, a round here lasts 25 ms, and 0.1 s held four
+    # rounds or five as the host's sleeps overshot: 0.25 s holds ten.
+    monkeypatch.setattr(choice, "SETTLE_AFTER_S", 0.25)
     choice._time_all([timed("xla", 0.002), timed("winrs", 0.003)], budget_s=10.0)
     assert samples["winrs"] >= 1 + 5
 
