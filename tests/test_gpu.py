@@ -6,13 +6,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import mare, reference_filter_grad
+from helpers import mare, reference_filter_grad, reference_general_filter_grad
 from jax import lax
 from test_grouped import CASES as GROUPED_CASES
 from test_grouped import TENSOR_CORE_CASES
 from test_grouped import _reference as grouped_reference
 
 import winrs_jax
+from winrs_jax import _ffi
 from winrs_jax.planner import PATH_DTYPES, PATHS
 
 pytestmark = pytest.mark.gpu
@@ -493,3 +494,46 @@ def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):
     for i in (0, 65534, 65535, 69999):
         ref = grouped_reference(xs[i], dys[i], (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2)
         np.testing.assert_allclose(ours[i], ref, rtol=1e-5, atol=1e-5)
+
+
+# 3D layers read in place by depth slice (winrs_backward_filter_3d): x shape (N, D, H, W, C), output channels,
+# filter (FD, FH, FW), depth pads, depth stride, depth dilation. The filter-window tile (64 x 64 channels, on
+# Hopper), the filter-row tile on 128 x 128 channels, a 5x5x5 filter, one-sided pads, depth strides and dilation.
+DEPTH_LAYERS = [
+    ((2, 6, 10, 32, 64), 64, (3, 3, 3), (1, 1), 1, 1),
+    ((1, 8, 12, 28, 32), 64, (3, 3, 3), (2, 0), 1, 1),
+    ((2, 4, 6, 30, 128), 128, (3, 3, 3), (1, 1), 1, 1),
+    ((1, 6, 9, 20, 32), 32, (5, 5, 5), (2, 2), 1, 1),
+    ((2, 9, 8, 16, 64), 40, (3, 3, 3), (1, 1), 2, 1),
+    ((1, 9, 8, 16, 64), 64, (3, 3, 3), (2, 2), 1, 2),
+]
+
+
+@pytest.mark.parametrize("window", ["1", "0"], ids=["window", "filter-row"])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
+@pytest.mark.parametrize("layer", range(len(DEPTH_LAYERS)))
+def test_three_d_layers_read_in_place_match_float64(layer, dtype, window, rng, monkeypatch):
+    """The kernels' depth-slice addressing (the window's 5D map, the filter-row tile's stager) against the
+    float64 gradient of the same 16-bit inputs, dW rounded once to the filter's dtype; WINRS_JAX_WINDOW=0 runs the
+    filter-row tile where the window would."""
+    monkeypatch.setenv("WINRS_JAX_WINDOW", window)
+    x_shape, k, filter_dhw, depth_pads, stride, dilation = DEPTH_LAYERS[layer]
+    dn = ("NDHWC", "DHWIO", "NDHWC")
+    geometry = dict(window_strides=(stride, 1, 1), rhs_dilation=(dilation, 1, 1),
+                    padding=(depth_pads, (filter_dhw[1] // 2,) * 2, (filter_dhw[2] // 2,) * 2))  # fmt: skip
+    w_shape = (*filter_dhw, x_shape[4], k)
+    x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(x, jnp.zeros(w_shape, dtype), **geometry,
+                                                          dimension_numbers=dn))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), dtype)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry,
+                                   dimension_numbers=dn))  # fmt: skip
+    x, dy = jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())
+    assert _ffi.DEPTH_TARGET in fn.lower(x, dy).as_text()
+    dw = np.asarray(fn(x, dy).astype(np.float32), np.float64)
+    expected = reference_general_filter_grad(x, dy, filter_dhw, geometry["window_strides"], geometry["padding"],
+                                             geometry["rhs_dilation"])  # fmt: skip
+    expected = np.moveaxis(expected, 0, -1)
+    np.testing.assert_allclose(
+        dw, expected, rtol=float(jnp.finfo(dtype).eps) / 2, atol=1e-5 * np.abs(expected).max()
+    )

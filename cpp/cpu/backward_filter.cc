@@ -72,6 +72,8 @@ struct TileContext {
   const void* out_grad;
   float* bucket;
   bool accumulate;  // add into the bucket: kernel 1, or a later link of a chain (segments.h)
+  DepthView depth;  // a 3D layer read in place: X's image of each image of depth tap `tap`
+  int tap;
 };
 
 // One work tile: filter row fh, filter-gradient columns f0..f0+n, one channel block, one segment.
@@ -114,13 +116,15 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
             wt.set(op, (size_t(i) * kUnitsPerStep + k) * kBlockOc + oc + l, tr[i].v[l]);
       }
 
-      // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha).
-      const int64_t row = (image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
+      // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha) (of a 3D
+      // layer's depth slice: none in the depth padding).
+      const int64_t x_image = c.depth.on() ? c.depth.input_image(int(image), c.tap) : image;
+      const int64_t row = (x_image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
       for (int ic = 0; ic < nic; ic += kLanes) {
         Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {
           const int col = input_column(int(w0), t.f0, e, int(p.pad_left));
-          x[e] = column_in_bounds(col, int(p.in_w))
+          x[e] = x_image >= 0 && column_in_bounds(col, int(p.in_w))
                      ? load_lanes<S>(c.input, row + int64_t(col) * p.in_c + ic, nic - ic)
                      : Vec(0.0);
         }
@@ -172,7 +176,8 @@ constexpr auto make_path_table(std::integer_sequence<int, Ps...>) {
 }
 constexpr auto kTileFns = make_path_table(std::make_integer_sequence<int, kNumPaths>{});
 
-void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor& parallel_for) {
+void run_problem(const BackwardFilterOp& op, const Buffers& b, int64_t group,
+                 const ParallelFor& parallel_for) {
   const Problem& p = op.problem;
   const Plan& plan = op.plan;
   const int64_t bucket_elems = p.filter_elems();
@@ -190,9 +195,13 @@ void run_problem(const BackwardFilterOp& op, const Buffers& b, const ParallelFor
       parallel_for(scheduler.link_begin(link + 1) - first, [&](int64_t index) {
         const WorkTile t = scheduler.tile(first + index);
         const int bucket = plan.grid.bucket_of(t.local);
-        const TileContext c{&p, b.input, b.out_grad,
+        const TileContext c{&p,
+                            b.input,
+                            b.out_grad,
                             bucket == 0 ? b.filter_grad : b.workspace + (bucket - 1) * bucket_elems,
-                            kernel == 1 || link > 0};
+                            kernel == 1 || link > 0,
+                            op.depth,
+                            int(group)};
         fn(c, plan.grid.segment(t.segment), t);
       });
     }
@@ -218,7 +227,7 @@ void backward_filter(const BackwardFilterOp& op, const Buffers& b, const Paralle
     const Buffers group{static_cast<const char*>(b.input) + g * op.input_group_stride * element,
                         static_cast<const char*>(b.out_grad) + g * op.grad_group_stride * element,
                         b.filter_grad + g * p.filter_elems(), b.workspace + g * op.plan.workspace_elems};
-    run_problem(op, group, parallel_for);
+    run_problem(op, group, g, parallel_for);
   }
 }
 

@@ -36,6 +36,24 @@ ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::
       });
 }
 
+// A 3D layer read in place (launch.h, decode_depth_call): the kernels address X by depth slice.
+ffi::Error backward_filter_3d_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                   ffi::ResultBuffer<ffi::F32> filter_grad,
+                                   ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+  return run_call<BackwardFilterOp>(
+      "winrs_backward_filter_3d",
+      [&](BackwardFilterOp* op) {
+        return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
+      },
+      [&](const BackwardFilterOp& op) {
+        const char* stage = "";
+        const cudaError_t e =
+            cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
+                                      filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
+        return cuda_error(e, stage);
+      });
+}
+
 ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                     ffi::ResultBuffer<ffi::F32> filter_grad,
                                     ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
@@ -62,6 +80,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCuda, winrs::ffi_glue::backward_filter_3d_cuda,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::DepthAttrs>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCuda, winrs::ffi_glue::grouped_filter_grad_cuda,

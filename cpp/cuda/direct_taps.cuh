@@ -82,6 +82,10 @@ struct TapsStager : StagingGeometry {
   bool oc_valid, ic_valid;
   int batch, rows, row_begin, w_begin, seg_w, positions;  // positions per row: seg_w + Taps - 1
   FastDivider by_positions, by_batch;
+  // A 3D layer read in place: X (whole, not from the walk's first image) by depth slice of tap `tap` for
+  // the walk's images from image0; null otherwise.
+  const DepthView* depth;
+  int image0, tap;
 
   __device__ void init(int tid, const Problem& p, const WorkTile& work, const UnitWalk& w, const T* x,
                        const T* dy) {
@@ -97,6 +101,13 @@ struct TapsStager : StagingGeometry {
     positions = seg_w + C::taps - 1;
     by_positions.init(positions);
     by_batch.init(batch);
+    depth = nullptr;
+  }
+
+  __device__ void read_depth(const DepthView& view, int first_image, int depth_tap) {
+    depth = view.on() ? &view : nullptr;
+    image0 = first_image;
+    tap = depth_tap;
   }
 
   __device__ int steps() const {
@@ -118,9 +129,12 @@ struct TapsStager : StagingGeometry {
         cp_async_16(stage + C::grad_offset(d, channel),
                     out_grad + (ok ? ((image * out_h + oh) * out_w + ow) * out_c + channel : 0), ok);
       }
-      const bool ok = valid && column_in_bounds(in_col, in_w) && ic_valid;
+      // X's image: the walk's, or of a 3D layer's depth slice (none in the depth padding).
+      const int x_image = depth ? int(depth->input_image(image0 + image, tap)) : image;
+      const bool ok = valid && x_image >= 0 && column_in_bounds(in_col, in_w) && ic_valid;
       cp_async_16(stage + C::input_offset(d, channel),
-                  input + (ok ? ((image * in_h + oh + row_offset) * in_w + in_col) * in_c + channel : 0), ok);
+                  input + (ok ? ((x_image * in_h + oh + row_offset) * in_w + in_col) * in_c + channel : 0),
+                  ok);
     }
     next_unit += C::copy_units;
   }

@@ -104,7 +104,8 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
                    plan.workspace_elems,
                    op.input_group_stride,
                    op.grad_group_stride,
-                   plan.semaphores[0] > 0 ? bucket_words : -1};
+                   plan.semaphores[0] > 0 ? bucket_words : -1,
+                   op.depth};
     *stage = "kernel 0 launch";
     if (cudaError_t e = launch_omega(plan.path, plan.variant0, args, stream); e != cudaSuccess) return e;
     if (plan.grid.width0 < plan.grid.out_w) {  // the residual column adds into kernel 0's buckets

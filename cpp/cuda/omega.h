@@ -26,6 +26,9 @@ struct OmegaArgs {
   // This kernel's semaphores at this many words into a problem's workspace, zeroed before the launch; -1 when
   // its chains have one link (no ordering needed).
   long long semaphore_offset;
+  // A 3D layer read in place (winrs/problem.h): the problems are its filter depth taps (blockIdx.y), X and dY
+  // shared; the filter-row tile's stager and the filter-window tile's map address X by depth slice.
+  DepthView depth;
   // The TMA's maps of dY and X (tma.cuh) for the kernels that stage by it; set by their launch.
   CUtensorMap grad_map, input_map;
 };

@@ -295,8 +295,9 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
 
   const UnitWalk walk = make_unit_walk(p, segment, work.fh, C::r);
   // The stagers walk the segment's images from its first (image parts, segments.h); the TMA loops address
-  // the whole tensor and keep whole batches (the window adds the first image itself).
-  const T* part_input = input + (long long)walk.image0 * p.in_h * p.in_w * p.in_c;
+  // the whole tensor and keep whole batches (the window adds the first image itself). X read by depth slice
+  // (the filter-row tile's stager) stays whole: its images are not the walk's.
+  const T* part_input = args.depth.on() ? input : input + (long long)walk.image0 * p.in_h * p.in_w * p.in_c;
   const T* part_grad = out_grad + (long long)walk.image0 * p.out_h * p.out_w * p.out_c;
   Gemm gemm;
   gemm.init(tid);
@@ -325,6 +326,7 @@ __global__ void __launch_bounds__(TileRows<C>::threads, C::blocks_per_sm)
   } else if constexpr (C::copy) {
     CopyStagerFor<C> stager;
     stager.init(tid, p, work, walk, part_input, part_grad);
+    if constexpr (C::taps > 1) stager.read_depth(args.depth, walk.image0, int(group));
     copy_main_loop<C>(stager, gemm, smem, stager.steps());
   } else {
     Stager<C> stager;
@@ -433,18 +435,18 @@ bool launch_window_config(const OmegaArgs& args, int width, cudaStream_t stream,
 }
 
 // The filter-window tile (variants.h, window_taps) where its staging applies: on Hopper, one problem (the
-// maps address one tensor each), pieces that fill their K-blocks (window_piece_width), the launch's last
-// segment ending at the output's last column (where its boxes read zeros past it), one band of rows (the
-// window's plans: its runs end at dY's last row). Elsewhere the filter-row
-// tile, a block per filter row (the plan's semaphores count those blocks). WINRS_JAX_WINDOW=0 takes the
-// filter-row tile on Hopper too (to compare them).
+// maps address one tensor each) or a 3D layer's depth taps (X's map by depth slice, dY shared), pieces that
+// fill their K-blocks (window_piece_width), the launch's last segment ending at the output's last column
+// (where its boxes read zeros past it), one band of rows (the window's plans: its runs end at dY's last row).
+// Elsewhere the filter-row tile, a block per filter row (the plan's semaphores count those blocks).
+// WINRS_JAX_WINDOW=0 takes the filter-row tile on Hopper too (to compare them).
 template <Path P>
 cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
     const SegmentGrid& g = args.grid;
     const char* flag = std::getenv("WINRS_JAX_WINDOW");
-    const bool own =
-        !(flag && flag[0] == '0') && args.groups == 1 && (args.kernel == 1 || g.width0 == g.out_w);
+    const bool own = !(flag && flag[0] == '0') && (args.groups == 1 || args.depth.on()) &&
+                     (args.kernel == 1 || g.width0 == g.out_w);
     const int width = own ? window_piece_width(g, args.kernel) : 0;
     // One band of rows (runs end at dY's last row, WgmmaWindowConfig).
     if (width > 0 && g.seg_rows == 1 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {

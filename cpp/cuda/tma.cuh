@@ -53,6 +53,19 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// The box of a 5D map at coordinates (c0 innermost .. c4), as tma_load_4d.
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2, int c3, int c4) {
+#if WINRS_WGMMA_CODE
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+      "%4, %5, %6}], [%7];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(shared_address(bar))
+      : "memory");
+#endif
+}
+
 // The box of `map` at coordinates (c0 innermost .. c3) into shared memory at dst; its bytes complete a
 // transaction of `bar`. Coordinates outside the tensor (padding, channels past the last) read as zeros.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
@@ -67,11 +80,13 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
-// Host: the tensor map of an N x H x W x C tensor of 2- or 4-byte elements at `base` whose boxes are
-// box[0] channels x box[1] columns x box[2] rows x box[3] images, zeros outside. Needs C x element_bytes a
-// multiple of 16 and base 16-byte aligned (the launches check). False if the driver refuses.
-inline bool encode_boxes(CUtensorMap* map, const void* base, int element_bytes, long long n, long long h,
-                         long long w, long long c, const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
+// Host: the tensor map of a row-major tensor of 2- or 4-byte elements at `base`, Rank dimensions dims
+// (innermost first, the first the channels) and boxes of box[i] elements along dimension i, zeros outside.
+// Needs the channels x element_bytes a multiple of 16 and base 16-byte aligned (the launches check). False if
+// the driver refuses.
+template <int Rank>
+bool encode_tensor(CUtensorMap* map, const void* base, int element_bytes, const cuuint64_t (&dims)[Rank],
+                   const cuuint32_t (&box)[Rank], CUtensorMapSwizzle swizzle) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -92,14 +107,23 @@ inline bool encode_boxes(CUtensorMap* map, const void* base, int element_bytes, 
     return reinterpret_cast<Encode>(fn);
   }();
   if (!encode || (element_bytes != 2 && element_bytes != 4)) return false;
-  const cuuint64_t e = cuuint64_t(element_bytes);
-  const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
-  const cuuint64_t strides[3] = {cuuint64_t(c) * e, cuuint64_t(w * c) * e, cuuint64_t(h * w * c) * e};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  return encode(map, element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32, 4,
-                const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  cuuint64_t strides[Rank - 1];
+  cuuint64_t stride = cuuint64_t(element_bytes);
+  for (int i = 0; i + 1 < Rank; ++i) strides[i] = stride *= dims[i];
+  cuuint32_t element_strides[Rank];
+  for (int i = 0; i < Rank; ++i) element_strides[i] = 1;
+  return encode(map, element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32,
+                Rank, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Host: the map of an N x H x W x C tensor whose boxes are box[0] channels x box[1] columns x box[2] rows x
+// box[3] images.
+inline bool encode_boxes(CUtensorMap* map, const void* base, int element_bytes, long long n, long long h,
+                         long long w, long long c, const cuuint32_t (&box)[4], CUtensorMapSwizzle swizzle) {
+  const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
+  return encode_tensor<4>(map, base, element_bytes, dims, box, swizzle);
 }
 
 // Boxes of 64 channels (128 bytes: one swizzle row) of one pixel of `images` consecutive images (a multiple

@@ -224,6 +224,8 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
   const uint32_t grad_bytes = uint32_t(C::pieces * width * C::grad_row * sizeof(Smem)),
                  x_box_bytes = uint32_t(C::x_box_rows * line * C::x_row * sizeof(Smem));
   const int tid = threadIdx.x;
+  const DepthView& depth = args.depth;
+  const int tap = int(blockIdx.y);   // a 3D layer's filter depth tap (its problems)
   const auto produce = [&](int s) {  // thread 0
     Smem* stage = smem + s % stages * step_elems;
     uint64_t* bar = full + s % stages;
@@ -240,9 +242,12 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
       tma_load_4d(stage, &args.grad_map, bar, work.oc0, ow, seg.h_begin + t0, image);
     }
     const int first_x = t0 == 0 ? 0 : t0 + kWindowRows - 1;
+    // X's sample and depth slice (0 in 2D; a 3D layer's in the depth padding reads zeros).
+    const int x_image = depth.on() ? image / depth.out_depth : image,
+              x_slice = depth.on() ? depth.slice(image, tap) : 0;
     for (int box = 0; box < x_boxes; ++box)
-      tma_load_4d(stage + C::grad_elems + box * C::x_box_rows * line * C::x_row, &args.input_map, bar,
-                  work.ic0, ow + col_offset, row_offset + first_x + box * C::x_box_rows, image);
+      tma_load_5d(stage + C::grad_elems + box * C::x_box_rows * line * C::x_row, &args.input_map, bar,
+                  work.ic0, ow + col_offset, row_offset + first_x + box * C::x_box_rows, x_slice, x_image);
   };
   if (tid == 0)
     for (int s = 0; s < stages && s < steps; ++s) produce(s);
@@ -271,18 +276,24 @@ __device__ __forceinline__ void window_main_loop(const OmegaArgs& args, const Wo
 }
 
 // Host: C's maps of dY (boxes of 64 channels x `width` positions x C::grad_box_rows rows) and X (64 channels
-// x (width + 2) positions x C::x_box_rows rows); false if the driver refuses.
+// x (width + 2) positions x C::x_box_rows rows), X's as N x D x H x W x C (D = 1 in 2D: a 3D layer's depth
+// slices by coordinate, so no copies); false if the driver refuses.
 template <class C>
 bool encode_window_maps(OmegaArgs* args, int width) {
   const Problem& p = args->problem;
+  const DepthView& depth = args->depth;
   const cuuint32_t grad_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width),
                                   cuuint32_t(C::grad_box_rows(width)), 1};
-  const cuuint32_t input_box[4] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
-                                   cuuint32_t(C::x_box_rows), 1};
+  const cuuint32_t input_box[5] = {cuuint32_t(kNarrowBlock), cuuint32_t(width + kDirectTaps - 1),
+                                   cuuint32_t(C::x_box_rows), 1, 1};
+  const long long slices = depth.on() ? depth.in_depth : 1,
+                  samples = depth.on() ? p.batch / depth.out_depth : p.batch;
+  const cuuint64_t input_dims[5] = {cuuint64_t(p.in_c), cuuint64_t(p.in_w), cuuint64_t(p.in_h),
+                                    cuuint64_t(slices), cuuint64_t(samples)};
   return encode_boxes(&args->grad_map, args->out_grad, 2, p.batch, p.out_h, p.out_w, p.out_c, grad_box,
                       CU_TENSOR_MAP_SWIZZLE_128B) &&
-         encode_boxes(&args->input_map, args->input, 2, p.batch, p.in_h, p.in_w, p.in_c, input_box,
-                      CU_TENSOR_MAP_SWIZZLE_128B);
+         encode_tensor<5>(&args->input_map, args->input, 2, input_dims, input_box,
+                          CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace winrs::cuda

@@ -103,6 +103,25 @@ ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::
       });
 }
 
+// A 3D layer read in place (launch.h, decode_depth_call): the same executor, X addressed by depth slice.
+ffi::Error backward_filter_3d_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                  ffi::ResultBuffer<ffi::F32> filter_grad,
+                                  ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+  return run_call<BackwardFilterOp>(
+      "winrs_backward_filter_3d",
+      [&](BackwardFilterOp* op) {
+        return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
+      },
+      [&](const BackwardFilterOp& op) {
+        std::string error;
+        cpu::backward_filter(op,
+                             {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                              workspace->typed_data()},
+                             Pool{&pool, &error});
+        return error;
+      });
+}
+
 ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                    ffi::ResultBuffer<ffi::F32> filter_grad,
                                    ffi::ResultBuffer<ffi::F32> workspace, GroupedAttrs attrs) {
@@ -130,6 +149,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCpu, winrs::ffi_glue::backward_filter_3d_cpu,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::ThreadPool>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::DepthAttrs>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCpu, winrs::ffi_glue::grouped_filter_grad_cpu,
                               (ffi::Ffi::Bind()

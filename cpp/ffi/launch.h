@@ -73,12 +73,8 @@ std::string decode_stacked(const xla::ffi::AnyBuffer& input, const xla::ffi::Any
   return {};
 }
 
-// Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
-// O_C x F_H x F_W x I_C (float32), stacked as decode_stacked reads them, and a float32 workspace of
-// op->workspace_elems() (buckets and semaphores, plan.h). Returns an error message, empty on success.
-template <typename Ret>
-std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
-                        Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
+// The planner's options from the attributes; an error message, empty on success.
+inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (!valid_path(int(a.path)) || !valid_path(int(a.reference))) return "unknown arithmetic path";
   if (a.sm_count < 1 || a.sm_count > kIntMax || a.segments < 0 || a.segments > kIntMax || a.buckets < 0 ||
@@ -87,15 +83,25 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   for (int64_t v : {a.variant0, a.variant1})
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
   if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
+  options->path = static_cast<Path>(a.path);
+  options->reference = static_cast<Path>(a.reference);
+  options->sm_count = int(a.sm_count);
+  options->segments = int(a.segments);
+  options->buckets = int(a.buckets);
+  options->variant0 = int(a.variant0);
+  options->variant1 = int(a.variant1);
+  options->atomic = a.atomic == 1;
+  return {};
+}
+
+// Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
+// O_C x F_H x F_W x I_C (float32), stacked as decode_stacked reads them, and a float32 workspace of
+// op->workspace_elems() (buckets and semaphores, plan.h). Returns an error message, empty on success.
+template <typename Ret>
+std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                        Ret& filter_grad, Ret& workspace, const PlanAttrs& a, BackwardFilterOp* op) {
   PlanOptions options;
-  options.path = static_cast<Path>(a.path);
-  options.reference = static_cast<Path>(a.reference);
-  options.sm_count = int(a.sm_count);
-  options.segments = int(a.segments);
-  options.buckets = int(a.buckets);
-  options.variant0 = int(a.variant0);
-  options.variant1 = int(a.variant1);
-  options.atomic = a.atomic == 1;
+  if (std::string error = decode_options(a, &options); !error.empty()) return error;
   StackedBuffers b;
   if (std::string error = decode_stacked(input, out_grad, filter_grad, options.path, &b); !error.empty())
     return error;
@@ -109,6 +115,60 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   shapes.input_shared = b.input_shared;
   shapes.grad_shared = b.grad_shared;
   if (std::string error = make_backward_filter(shapes, options, op); !error.empty()) return error;
+  if (int64_t(workspace->element_count()) != op->workspace_elems())
+    return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
+  return {};
+}
+
+// winrs_jax.Plan.ffi_attributes of a 3D layer read in place (the winrs_backward_filter_3d target): the plan's
+// attributes, then the depth geometry (DepthView).
+struct DepthAttrs {
+  PlanAttrs plan;
+  int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad;
+};
+
+// Buffers: input N x D x I_H x I_W x I_C and out_grad N x OD x O_H x O_W x O_C in the path's storage type,
+// filter_grad FD x O_C x F_H x F_W x I_C (float32, one problem per filter depth tap) and the float32
+// workspace of op->workspace_elems(). The problem is the 2D one of N x OD images (paper section 3, Level 2);
+// only plans whose kernels read X by depth slice take it (reads_depth_in_place). An error message, empty on
+// success.
+template <typename Ret>
+std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                              Ret& filter_grad, Ret& workspace, const DepthAttrs& a, BackwardFilterOp* op) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  PlanOptions options;
+  if (std::string error = decode_options(a.plan, &options); !error.empty()) return error;
+  if (input.element_type() != storage_dtype(options.path) ||
+      out_grad.element_type() != storage_dtype(options.path))
+    return std::string("input and output gradient must be stored as the element type of path ") +
+           path_info(options.path).name;
+  const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
+  if (x.size() != 5 || dy.size() != 5 || dw.size() != 5)
+    return "a 3D layer's input, output gradient and filter gradient need rank 5";
+  if (a.in_depth < 1 || a.in_depth > kIntMax || a.out_depth < 1 || a.out_depth > kIntMax ||
+      a.depth_stride < 1 || a.depth_stride > kIntMax || a.depth_dilation < 1 || a.depth_dilation > kIntMax ||
+      a.depth_pad < -kIntMax || a.depth_pad > kIntMax)
+    return "depth attribute out of range";
+  if (x[1] != a.in_depth || dy[1] != a.out_depth)
+    return "input and output gradient depths do not match in_depth and out_depth";
+  if (x[0] != dy[0]) return "input and output gradient have different batch sizes";
+  if (dw[0] < 1) return "the filter gradient needs at least one depth tap";
+  // The kernels count images and X's elements in 32 bits (the flat problem's are checked by the planner).
+  if (x[0] * x[1] > kIntMax || dy[0] * dy[1] > kIntMax || x[0] * x[1] * x[2] * x[3] * x[4] > kIntMax)
+    return "tensors of 2^31 or more elements are not supported";
+  Shapes shapes{{dy[0] * dy[1], x[2], x[3], x[4]},
+                {dy[0] * dy[1], dy[2], dy[3], dy[4]},
+                {dw[1], dw[2], dw[3], dw[4]},
+                {a.plan.pad_top, a.plan.pad_bottom, a.plan.pad_left, a.plan.pad_right},
+                dw[0],
+                true,
+                true};
+  if (std::string error = make_backward_filter(shapes, options, op); !error.empty()) return error;
+  if (!reads_depth_in_place(op->problem, op->plan))
+    return "the plan's kernels cannot read a 3D layer's input in place (winrs_jax copies its depth slices "
+           "then)";
+  op->depth = DepthView{int(a.in_depth), int(a.out_depth), int(a.depth_stride), int(a.depth_dilation),
+                        int(a.depth_pad)};
   if (int64_t(workspace->element_count()) != op->workspace_elems())
     return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
   return {};
@@ -135,11 +195,21 @@ xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcep
 
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    winrs::ffi_glue::PlanAttrs, ::xla::ffi::StructMember<int64_t>("pad_top"),
-    ::xla::ffi::StructMember<int64_t>("pad_bottom"), ::xla::ffi::StructMember<int64_t>("pad_left"),
-    ::xla::ffi::StructMember<int64_t>("pad_right"), ::xla::ffi::StructMember<int64_t>("path"),
-    ::xla::ffi::StructMember<int64_t>("reference"), ::xla::ffi::StructMember<int64_t>("sm_count"),
-    ::xla::ffi::StructMember<int64_t>("segments"), ::xla::ffi::StructMember<int64_t>("buckets"),
-    ::xla::ffi::StructMember<int64_t>("variant0"), ::xla::ffi::StructMember<int64_t>("variant1"),
-    ::xla::ffi::StructMember<int64_t>("atomic"));
+// The plan's attribute names, in PlanAttrs's order.
+#define WINRS_PLAN_ATTR_MEMBERS                                                                      \
+  ::xla::ffi::StructMember<int64_t>("pad_top"), ::xla::ffi::StructMember<int64_t>("pad_bottom"),     \
+      ::xla::ffi::StructMember<int64_t>("pad_left"), ::xla::ffi::StructMember<int64_t>("pad_right"), \
+      ::xla::ffi::StructMember<int64_t>("path"), ::xla::ffi::StructMember<int64_t>("reference"),     \
+      ::xla::ffi::StructMember<int64_t>("sm_count"), ::xla::ffi::StructMember<int64_t>("segments"),  \
+      ::xla::ffi::StructMember<int64_t>("buckets"), ::xla::ffi::StructMember<int64_t>("variant0"),   \
+      ::xla::ffi::StructMember<int64_t>("variant1"), ::xla::ffi::StructMember<int64_t>("atomic")
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrs, WINRS_PLAN_ATTR_MEMBERS);
+
+// DepthAttrs: the plan's members (brace elision fills DepthAttrs::plan), then the depth's.
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_ATTR_MEMBERS,
+                                      ::xla::ffi::StructMember<int64_t>("in_depth"),
+                                      ::xla::ffi::StructMember<int64_t>("out_depth"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_stride"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_dilation"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_pad"));

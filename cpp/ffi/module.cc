@@ -67,6 +67,7 @@ NB_MODULE(_winrs, m) {
   m.def("cpu_targets", [] {
     nb::dict d;
     d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCpu);
+    d["winrs_backward_filter_3d"] = capsule_of(WinrsBackwardFilter3dCpu);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCpu);
     return d;
   });
@@ -74,6 +75,7 @@ NB_MODULE(_winrs, m) {
     nb::dict d;
 #ifdef WINRS_WITH_CUDA
     d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCuda);
+    d["winrs_backward_filter_3d"] = capsule_of(WinrsBackwardFilter3dCuda);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCuda);
 #endif
     return d;
@@ -181,6 +183,8 @@ NB_MODULE(_winrs, m) {
         const winrs::TileShape tile = plan.supported ? winrs::tile_shape(plan.variant0, plan.path, op.problem)
                                                      : winrs::TileShape{0, 0, 0, 0, 0};
         d["work_tile"] = nb::make_tuple(tile.columns, tile.block_oc, tile.block_ic, tile.rows);
+        // Whether a 3D layer of this 2D problem may read X in place (winrs_backward_filter_3d).
+        d["reads_depth_in_place"] = winrs::reads_depth_in_place(op.problem, plan);
         return d;
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "variants.h"
+
 namespace winrs {
 
 std::string make_backward_filter(const Shapes& s, const PlanOptions& options, BackwardFilterOp* op) {
@@ -22,6 +24,11 @@ std::string make_backward_filter(const Shapes& s, const PlanOptions& options, Ba
   op->grad_group_stride = s.grad_shared ? 0 : p.grad_elems();
   op->plan = make_plan(p, options);
   return op->plan.supported ? std::string() : op->plan.reason;
+}
+
+bool reads_depth_in_place(const Problem& p, const Plan& plan) {
+  return plan.supported && path_info(plan.path).tensor_cores && plan.variant0 == 0 &&
+         tile_shape(0, plan.path, p).columns == kDirectTaps && plan.grid.width0 == plan.grid.out_w;
 }
 
 }  // namespace winrs

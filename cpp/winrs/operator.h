@@ -20,6 +20,8 @@ struct BackwardFilterOp {
   // (leading axes of size 1) has a group stride of 0.
   int64_t groups = 1;
   int64_t input_group_stride = 0, grad_group_stride = 0;  // elements between the problems' X and dY
+  // A 3D layer read in place: the problems are its filter depth taps, X and dY shared (strides 0).
+  DepthView depth;
 
   int64_t workspace_elems() const { return groups * plan.workspace_elems; }
 };
@@ -36,5 +38,10 @@ struct Shapes {
 // can_implement and initialise in one: fills `op` and returns "" when WinRS can run the problem, else the
 // reason (inconsistent shapes, sizes out of range, or what the planner could not plan).
 std::string make_backward_filter(const Shapes& shapes, const PlanOptions& options, BackwardFilterOp* op);
+
+// Whether the plan's kernels can read a 3D layer's X in place (DepthView) instead of depth-shifted copies:
+// the direct kernel's filter-row and filter-window tiles on tensor cores (cuda/direct_taps.cuh's stager and
+// the window's TMA maps address X by depth slice; the CPU executor too), with no residual-column kernel.
+bool reads_depth_in_place(const Problem& p, const Plan& plan);
 
 }  // namespace winrs

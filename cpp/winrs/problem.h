@@ -23,4 +23,22 @@ struct Problem {
   }
 };
 
+// A 3D layer whose X the kernels read in place (paper section 3, Level 2, without the depth-shifted copies):
+// the stacked problems are the filter's depth taps fd, their images the N x OD depth slices of dY, and image
+// n OD + od of tap fd meets X's depth slice od stride + fd dilation - pad of sample n, zeros outside 0 .. D -
+// 1 (the depth padding). in_depth 0: no view, image i of every problem is X's image i.
+struct DepthView {
+  int in_depth = 0, out_depth = 1, stride = 1, dilation = 1, pad = 0;
+
+  WINRS_HD bool on() const { return in_depth > 0; }
+  // Depth slice (of sample image / out_depth) of X that image `image` of tap fd meets; outside 0 .. D - 1 in
+  // the padding.
+  WINRS_HD int slice(int image, int fd) const { return image % out_depth * stride + fd * dilation - pad; }
+  // X's image of image `image` of tap fd, or -1 in the padding (zeros).
+  WINRS_HD int64_t input_image(int image, int fd) const {
+    const int d = slice(image, fd);
+    return d >= 0 && d < in_depth ? int64_t(image / out_depth) * in_depth + d : -1;
+  }
+};
+
 }  // namespace winrs

@@ -12,6 +12,7 @@ from winrs_jax import _winrs
 
 TARGET = "winrs_backward_filter"
 GROUPED_TARGET = "winrs_grouped_filter_grad"  # the direct kernels of grouped layers (cpp/winrs/grouped.h)
+DEPTH_TARGET = "winrs_backward_filter_3d"  # a 3D layer whose X the kernels read by depth slice
 
 
 def _register() -> bool:
@@ -32,7 +33,7 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     jax.export only admits custom calls with a compatibility guarantee from jax itself; winrs_jax keeps its own:
     the target name and its attributes change only with a new target name. The exported artifact runs where
     winrs_jax is installed (importing it registers the target)."""
-    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in (TARGET, GROUPED_TARGET)]
+    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in (TARGET, GROUPED_TARGET, DEPTH_TARGET)]
 
 
 def varying_axes(x: jax.Array) -> frozenset[str]:

@@ -42,11 +42,38 @@ class Layer:
     # X and dY of a 1D layer, given their unit height axis by a reshape: the FFI call takes them with that axis
     # most-major, which is their layout already (asked for row-major, XLA copied both operands to add the axis).
     unit_height_major: bool = False
+    # A 3D layer read in place (Plan.depth_in_place): X N x D x H x W x C and dY N x OD x OH x OW x K, and
+    # (input depth, output depth, filter depth, depth stride, depth dilation, depth pads); dW then
+    # FD x K x FH x FW x C, one 2D problem of N x OD images per filter depth tap.
+    depth: tuple[int, int, int, int, int, tuple[int, int]] | None = None
+
+
+def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
+    """dW (FD x K x FH x FW x C) of one device's part of a 3D layer read in place (Layer.depth): X by depth slice
+    where the plan of its images allows (a smaller batch may plan other kernels), else its depth-shifted
+    copies."""
+    assert layer.depth is not None
+    in_depth, out_depth, taps, stride, dilation, pads = layer.depth
+    batch, in_hw, in_c, out_c = x.shape[0] * out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
+    plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
+                          layer.options)  # fmt: skip
+    if not plan.supported:
+        raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
+    if not plan.reads_depth_in_place:
+        views, dy = depth_views(x, dy, layer.depth, 0)
+        flat = dataclasses.replace(layer, stack=1, depth=None)
+        return _local_filter_grad(_full_or_shared(views, (taps,)), dy, flat)
+    attributes = dict(plan.ffi_attributes(), in_depth=in_depth, out_depth=out_depth, depth_stride=stride,
+                      depth_dilation=dilation, depth_pad=pads[0])  # fmt: skip
+    return _ffi.backward_filter_call(x, dy, (taps,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
+                                     _ffi.DEPTH_TARGET)  # fmt: skip
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     """dW (... x K x FH x FW x C, of a grouped layer C / G) of one device's problems, planned for their own
     shapes."""
+    if layer.depth is not None:
+        return _local_depth_filter_grad(x, dy, layer)
     s = layer.stack
     stacked = tuple(np.broadcast_shapes(x.shape[:s], dy.shape[:s]))
     batch, in_hw, in_c, out_c = x.shape[s], tuple(x.shape[s + 1 : s + 3]), x.shape[s + 3], dy.shape[s + 3]
@@ -93,6 +120,11 @@ def _infer(layer: Layer, mesh: Any, arg_shapes: Any, result_shape: Any) -> Named
 
 def _sharding_rule(layer: Layer, mesh: Any, operand_types: Any, result_types: Any) -> tuple[str, dict]:
     """Einsum-like: the batch is reduced; the leading (stacked) axes of a shared operand have size 1."""
+    if layer.depth is not None:  # X N x D x H x W x C, dY N x OD x OH x OW x K, dW FD x K x FH x FW x C
+        return "n d h w c, n e p q k -> t k i j c", dict(
+            reduction_factors=("n",),
+            need_replication_factors=("d", "h", "w", "c", "e", "p", "q", "k", "t", "i", "j"),
+        )
     s = layer.stack
     x_shared = s > 0 and all(d == 1 for d in operand_types[0].shape[:s])
     x_lead = [f"x{i}" if x_shared else f"s{i}" for i in range(s)]
@@ -226,20 +258,36 @@ def run_plan(
                                     unit_height_major=one_d))  # fmt: skip
 
 
-def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
-    """A 3D layer's dW (... x K x FD x FH x FW x C) as its FD filter depth taps' 2D problems, stacked."""
-    _, out_depth, taps = plan.depth
-    step, spacing = plan.depth_stride, plan.depth_dilation
+def depth_views(
+    x: jax.Array, dy: jax.Array, depth: tuple[int, int, int, int, int, tuple[int, int]], stack: int
+) -> tuple[jax.Array, jax.Array]:
+    """A 3D layer's X (... x N x D x H x W x C) as its FD filter depth taps' depth-shifted views (... x FD x N OD x
+    H x W x C, copies), and dY (... x N x OD x OH x OW x K) as ... x 1 x N OD x OH x OW x K, shared by the taps.
+    depth: (input depth, output depth, filter depth, depth stride, depth dilation, depth pads)."""
+    _, out_depth, taps, step, spacing, pads = depth
     span = step * (out_depth - 1) + 1  # input depth slices one tap reads, from its first
     lead = [(0, 0)] * (stack + 1)
-    x = jax.numpy.pad(x, [*lead, plan.depth_pads, (0, 0), (0, 0), (0, 0)])
+    x = jax.numpy.pad(x, [*lead, pads, (0, 0), (0, 0), (0, 0)])
     views = jax.numpy.stack(
         [x[..., fd * spacing : fd * spacing + span : step, :, :, :] for fd in range(taps)], axis=stack
     )
     views = views.reshape(*views.shape[: stack + 1], -1, *views.shape[-3:])
-    dy = jax.numpy.expand_dims(dy.reshape(*dy.shape[:stack], -1, *dy.shape[-3:]), stack)
-    stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))
+    return views, jax.numpy.expand_dims(dy.reshape(*dy.shape[:stack], -1, *dy.shape[-3:]), stack)
+
+
+def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
+    """A 3D layer's dW (... x K x FD x FH x FW x C) as its FD filter depth taps' 2D problems, stacked: X read in
+    place by depth slice where the plan allows (Plan.depth_in_place, not under vmap), else from copies."""
+    (in_depth, out_depth, taps), step, spacing = plan.depth, plan.depth_stride, plan.depth_dilation
     flat = dataclasses.replace(plan, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
+    if plan.depth_in_place and stack == 0:
+        depth = (in_depth, out_depth, taps, step, spacing, plan.depth_pads)
+        dw = filter_grad(
+            x, dy, Layer(flat.filter_hw, flat.pads, flat.path, flat.reference, options, depth=depth)
+        )
+        return jax.numpy.moveaxis(dw, 0, 1)  # K x FD x FH x FW x C
+    views, dy = depth_views(x, dy, (*plan.depth, step, spacing, plan.depth_pads), stack)
+    stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))
     dw = run_plan(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), flat, options, stack + 1)
     return jax.numpy.moveaxis(dw, stack, stack + 1)  # ... x K x FD x FH x FW x C
 

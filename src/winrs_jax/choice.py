@@ -546,6 +546,8 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             **({"dense_groups": plan.dense_groups} if plan.dense_groups > 1 else {}),
             # Direct grouped splits added atomically (before, always in a fixed order: older keys kept).
             **({"atomic_splits": True} if plan.method == "direct" and plan.atomic else {}),
+            # A 3D layer whose X the kernels read by depth slice (before, from copies: older keys kept).
+            **({"depth_in_place": True} if plan.depth_in_place else {}),
         ),
         sort_keys=True,
     )  # fmt: skip

@@ -200,6 +200,9 @@ class Plan:
     # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels, filter
     # rows).
     work_tile: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # Whether the kernels of this 2D problem can read a 3D layer's X by depth slice, in place (the direct
+    # kernel's filter-row and filter-window tiles on tensor cores; cpp/winrs/operator.h).
+    reads_depth_in_place: bool = False
     # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
     # stride and filter dilation. Each filter depth tap fd meets the padded input's depth slices
     # fd * dilation + stride * j (j < output depth) as the 2D problem described by the rest of the plan (strided
@@ -267,6 +270,15 @@ class Plan:
         else:
             per_problem = 4 * self.workspace_elems
         return per_problem * self.depth_taps * self.groups
+
+    @property
+    def depth_in_place(self) -> bool:
+        """Whether a 3D layer's FFI call reads X in place by depth slice (winrs_backward_filter_3d) instead of
+        the depth-shifted copies: its 2D problem is a plain one (no groups, strides or dilation in height and
+        width) whose kernels read X by depth slice. Under vmap the copies stay."""
+        plain = (self.method == "winrs" and self.groups == 1 and self.dense_groups == 1 and self.batch_groups == 1
+                 and self.dilation == (1, 1) and not self.phases)  # fmt: skip
+        return bool(self.depth[2]) and plain and self.reads_depth_in_place
 
     @property
     def depth_taps(self) -> int:
@@ -407,6 +419,9 @@ class Plan:
             f"problem below over N x output depth = {self.batch} images, all taps stacked (paper section 3, "
             "Level 2)",
             *lines[1:],
+            f"  copies     none: the kernels read X by depth slice, zeros in the depth padding (under vmap: {fd} "
+            f"depth-shifted views of X made by XLA); workspace {self.workspace_bytes} bytes for all taps"
+            if self.depth_in_place else
             f"  copies     {fd} depth-shifted views of X ({fd} x N x output depth images), made by XLA before the "
             f"call; workspace {self.workspace_bytes} bytes for all taps",
         ])  # fmt: skip
@@ -1042,4 +1057,5 @@ def _plan_canonical(
         workspace_elems=raw["workspace_elems"],
         predicted_seconds=raw["predicted_seconds"],
         work_tile=tuple(raw["work_tile"]),
+        reads_depth_in_place=raw["reads_depth_in_place"],
     )
