@@ -152,7 +152,8 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   if (x[1] != a.in_depth || dy[1] != a.out_depth)
     return "input and output gradient depths do not match in_depth and out_depth";
   if (x[0] != dy[0]) return "input and output gradient have different batch sizes";
-  if (dw[0] < 1) return "the filter gradient needs at least one depth tap";
+  if (dw[0] < 1 || dw[0] > kIntMax) return "the filter gradient needs 1 to 2^31 - 1 depth taps";
+  options.problems = int(dw[0]);  // the depth taps share the launch
   // The kernels count images and X's elements in 32 bits (the flat problem's are checked by the planner).
   if (x[0] * x[1] > kIntMax || dy[0] * dy[1] > kIntMax || x[0] * x[1] * x[2] * x[3] * x[4] > kIntMax)
     return "tensors of 2^31 or more elements are not supported";

@@ -147,7 +147,7 @@ NB_MODULE(_winrs, m) {
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
          int64_t pad_right, int path, int reference, int sm_count, int segments, int buckets, int variant0,
-         int variant1, bool atomic) {
+         int variant1, bool atomic, int problems) {
         if (!winrs::valid_path(path) || !winrs::valid_path(reference))
           throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
@@ -158,7 +158,7 @@ NB_MODULE(_winrs, m) {
         const std::string error = winrs::make_backward_filter(
             shapes,
             winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
-                               segments, buckets, variant0, variant1, atomic},
+                               segments, buckets, variant0, variant1, atomic, problems},
             &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
@@ -191,7 +191,7 @@ NB_MODULE(_winrs, m) {
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
       nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1,
-      nb::arg("atomic") = false);
+      nb::arg("atomic") = false, nb::arg("problems") = 1);
 
   // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
   m.def(

@@ -155,7 +155,8 @@ int64_t chain_limit(const Problem& p, const KernelPair& pair, const PlanOptions&
 // segment shape when no column width has pieces (the launch runs the filter-row tile then).
 bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_limit,
                      SegmentGrid* grid) {
-  const double tiles = double(blocks_per_segment(p, pair.variant0, options.path));
+  const double problems = double(std::max(1, options.problems));  // each with its own blocks and dW
+  const double tiles = problems * double(blocks_per_segment(p, pair.variant0, options.path));
   const double slots = double(std::max(1, options.sm_count));
   double best = std::numeric_limits<double>::infinity();
   int64_t best_width = 0, best_parts = 0;
@@ -169,7 +170,8 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
       const double steps = std::ceil(double(ceil_div(p.batch, parts) * p.out_h) * row_blocks / 4);
       double cost = std::ceil(blocks / slots) * (steps + kWindowBlockSteps);
       if (options.atomic)
-        cost += double(parts * cols) * double(p.filter_elems()) / kAtomicAddsPerSecond / kWindowStepSeconds;
+        cost += problems * double(parts * cols) * double(p.filter_elems()) / kAtomicAddsPerSecond /
+                kWindowStepSeconds;
       if (cost < best * (1 - 1e-9)) {
         best = cost;
         best_width = p.out_w / cols;

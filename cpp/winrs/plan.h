@@ -27,6 +27,9 @@ struct PlanOptions {
   // Segments add into dW by atomic adds in any order (segments.h): no buckets and no workspace, but the
   // result's last bits vary between runs on the GPU. Excludes `buckets`.
   bool atomic = false;
+  // Problems that share the GPU in one launch (a 3D layer's filter depth taps read in place): the
+  // filter-window tile's segments fill its waves with all of them (plan.cc, window_segments).
+  int problems = 1;
 };
 
 struct Plan {

@@ -56,7 +56,7 @@ def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.A
     in_depth, out_depth, taps, stride, dilation, pads = layer.depth
     batch, in_hw, in_c, out_c = x.shape[0] * out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
     plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
-                          layer.options)  # fmt: skip
+                          layer.options, problems=taps)  # fmt: skip
     if not plan.supported:
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     if not plan.reads_depth_in_place:

@@ -722,6 +722,14 @@ def _layer_plan(
     if not flat.supported or not depth[2]:
         return flat
     taps = 1 if flat.method == "direct" else depth[2]  # a direct plan covers the taps of its call
+    if dataclasses.replace(flat, depth=depth).depth_in_place:
+        # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
+        # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan.
+        shared = plan_canonical(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
+                                flat.reference, options, problems=taps)  # fmt: skip
+        flat = (
+            shared if shared.reads_depth_in_place else dataclasses.replace(flat, reads_depth_in_place=False)
+        )
     return dataclasses.replace(
         flat,
         depth=depth,
@@ -991,13 +999,16 @@ def plan_canonical(
     path: str,
     reference: str,
     options: PlannerOptions | None = None,
+    problems: int = 1,
 ) -> Plan:
     """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
     arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
-    per shape, also when each shard plans its own part."""
+    per shape, also when each shard plans its own part. `problems`: a 3D layer's filter depth taps read in place,
+    which share the launch (the handler counts them the same way)."""
     options = options or PlannerOptions()
     atomic = not deterministic_sum(options.deterministic)
-    return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic)
+    return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic,
+                           problems)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1012,6 +1023,7 @@ def _plan_canonical(
     reference: str,
     options: PlannerOptions,
     atomic: bool,
+    problems: int = 1,
 ) -> Plan:
     top, bottom, left, right = pads
     out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
@@ -1024,6 +1036,7 @@ def _plan_canonical(
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
         path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
         buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1], atomic=atomic,
+        problems=problems,
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
