@@ -140,3 +140,27 @@ def test_depth_handler_reads_the_padding_as_zeros():
 def test_depth_handler_rejects_inconsistent_inputs(overrides, message):
     with pytest.raises(Exception, match=f"{_ffi.DEPTH_TARGET}: .*{message}"):
         np.asarray(_depth_call(**overrides))
+
+
+@pytest.mark.parametrize("deterministic", [None, True])
+def test_depth_taps_share_the_launch_waves(deterministic, rng):
+    """The depth taps read in place run in one launch: the plan cuts the 128 images of each tap's problem for
+    all three taps' blocks at once (one wave of an H100's 132 SMs: 43 segments of 3 images), not each as if alone
+    (128 segments, three waves); the handler plans the same from dW's leading axis (with deterministic sums its
+    workspace follows the plan), and the result is the float64 one."""
+    x_shape, w_shape = (8, 16, 8, 16, 16), (3, 3, 3, 16, 16)
+    options = PlannerOptions(deterministic=deterministic, sm_count=132)
+    x = jnp.asarray(rng.standard_normal(x_shape), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal((*x_shape[:-1], 16)), jnp.bfloat16)
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, jnp.bfloat16), (1, 1, 1), "SAME", dimension_numbers=NDHWC,
+                          options=options)  # fmt: skip
+    alone = winrs_jax.planner.plan_canonical(plan.batch, plan.input_hw, *plan.channels, plan.filter_hw, plan.pads,
+                                             plan.path, plan.reference, options)  # fmt: skip
+    assert plan.depth_in_place and (plan.segments, alone.segments) == (43, 128)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=(1, 1, 1),
+                                   padding="SAME", dimension_numbers=NDHWC, options=options))  # fmt: skip
+    dw = np.asarray(fn(x, dy), np.float64)
+    expected = np.moveaxis(reference_general_filter_grad(x, dy, (3, 3, 3), (1, 1, 1), ((1, 1),) * 3), 0, -1)
+    np.testing.assert_allclose(
+        dw, expected, rtol=2.0**-8, atol=1e-5 * np.abs(expected).max()
+    )  # bf16: eps / 2
