@@ -18,7 +18,10 @@ NDHWC = ("NDHWC", "DHWIO", "NDHWC")
 
 # x shape (N, D, H, W, C), output channels, filter (FD, FH, FW), depth pads, depth stride, depth dilation:
 # padding on both sides, on one side (the taps' first or last slices meet only padding), strided and dilated
-# in depth, a 5x5x5 filter (several filter-window tiles), and a depth of one output slice.
+# in depth, a 5x5x5 filter (several filter-window tiles), and a depth of one output slice. Layers of 16 and 32
+# input channels pack their taps into the problems' channels (Plan.depth_packing): 3 taps of 16 in one problem,
+# 5 in two (3 and 2), 3 taps of 32 in two (2 and 1, the second problem's other half zeros), and with the depth
+# stride and dilation; the 8- and 64-channel ones run a problem per tap.
 CASES = [
     ((2, 5, 6, 16, 16), 16, (3, 3, 3), (1, 1), 1, 1),
     ((2, 6, 5, 12, 8), 24, (3, 3, 3), (2, 0), 1, 1),
@@ -26,8 +29,13 @@ CASES = [
     ((2, 7, 5, 16, 8), 16, (3, 3, 3), (2, 2), 1, 2),
     ((1, 6, 7, 10, 16), 16, (5, 5, 5), (2, 2), 1, 1),
     ((3, 3, 6, 9, 8), 8, (3, 3, 3), (0, 0), 1, 1),
+    ((2, 5, 6, 12, 32), 16, (3, 3, 3), (1, 1), 1, 1),
+    ((1, 9, 5, 12, 32), 8, (3, 3, 3), (2, 2), 2, 2),
+    ((1, 4, 5, 12, 64), 16, (3, 3, 3), (1, 1), 1, 1),
 ]
-IDS = ["pads-1-1", "pads-2-0", "depth-stride-2", "depth-dilation-2", "5x5x5", "one-output-slice"]
+IDS = ["pads-1-1", "pads-2-0", "depth-stride-2", "depth-dilation-2", "5x5x5", "one-output-slice", "32-channels",
+       "32-channels-strided-dilated", "64-channels"]  # fmt: skip
+PACKING = [3, 1, 3, 1, 3, 1, 2, 2, 1]
 
 
 def _geometry(case):
@@ -51,6 +59,7 @@ def test_16bit_3d_layers_read_x_by_depth_slice(case, dtype, rng):
     dy = jnp.asarray(rng.standard_normal(out.shape), dtype)
     plan = winrs_jax.plan(x, jnp.zeros(w_shape, dtype), **geometry, dimension_numbers=NDHWC)
     assert plan.depth_in_place and "copies     none" in str(plan), str(plan)
+    assert plan.depth_packing == PACKING[CASES.index(case)]
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry,
                                    dimension_numbers=NDHWC))  # fmt: skip
     text = fn.lower(x, dy).as_text()
@@ -107,7 +116,7 @@ def _depth_call(x_shape=(2, 5, 6, 16, 16), dy_shape=(2, 5, 6, 16, 16), dw_shape=
                                             dw_shape[2:4], (1, 1, 1, 1), plan_path, plan_path,
                                             PlannerOptions())  # fmt: skip
     attributes = dict(plan.ffi_attributes(), in_depth=x_shape[1], out_depth=dy_shape[1], depth_stride=1,
-                      depth_dilation=1, depth_pad=1)  # fmt: skip
+                      depth_dilation=1, depth_pad=1, filter_depth=dw_shape[0])  # fmt: skip
     attributes.update(overrides)
     x, dy = jnp.ones(x_shape, dtype), jnp.ones(dy_shape, dtype)
     if flat_x:
@@ -134,6 +143,11 @@ def test_depth_handler_reads_the_padding_as_zeros():
         (dict(dy_shape=(3, 5, 6, 16, 16)), "different batch sizes"),
         (dict(flat_x=True), "rank 5"),
         (dict(plan_path="fp32", dtype=jnp.float32), "cannot read a 3D layer"),
+        (dict(filter_depth=4), "filter_depth does not match"),
+        (dict(filter_depth=0), "filter_depth does not match"),
+        # Packed taps: 2 problems of 2 taps of 16 channels hold 3 or 4 taps; 8 channels a tap cannot pack.
+        (dict(dw_shape=(2, 16, 3, 3, 32), filter_depth=2), "filter_depth does not match"),
+        (dict(x_shape=(2, 5, 6, 16, 8), dw_shape=(2, 16, 3, 3, 16)), "multiple of 16"),
         (dict(path=PATHS.index("fp16")), "element type of path fp16"),
     ],
 )
@@ -146,9 +160,9 @@ def test_depth_handler_rejects_inconsistent_inputs(overrides, message):
 def test_depth_taps_share_the_launch_waves(deterministic, rng):
     """The depth taps read in place run in one launch: the plan cuts the 128 images of each tap's problem for
     all three taps' blocks at once (one wave of an H100's 132 SMs: 43 segments of 3 images), not each as if alone
-    (128 segments, three waves); the handler plans the same from dW's leading axis (with deterministic sums its
-    workspace follows the plan), and the result is the float64 one."""
-    x_shape, w_shape = (8, 16, 8, 16, 16), (3, 3, 3, 16, 16)
+    (128 segments, three waves; 64 with deterministic sums); the handler plans the same from dW's leading axis
+    (with deterministic sums its workspace follows the plan), and the result is the float64 one."""
+    x_shape, w_shape = (8, 16, 8, 16, 64), (3, 3, 3, 64, 16)
     options = PlannerOptions(deterministic=deterministic, sm_count=132)
     x = jnp.asarray(rng.standard_normal(x_shape), jnp.bfloat16)
     dy = jnp.asarray(rng.standard_normal((*x_shape[:-1], 16)), jnp.bfloat16)
@@ -156,7 +170,7 @@ def test_depth_taps_share_the_launch_waves(deterministic, rng):
                           options=options)  # fmt: skip
     alone = winrs_jax.planner.plan_canonical(plan.batch, plan.input_hw, *plan.channels, plan.filter_hw, plan.pads,
                                              plan.path, plan.reference, options)  # fmt: skip
-    assert plan.depth_in_place and (plan.segments, alone.segments) == (43, 128)
+    assert plan.depth_in_place and plan.depth_packing == 1 and plan.segments == 43 < alone.segments
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=(1, 1, 1),
                                    padding="SAME", dimension_numbers=NDHWC, options=options))  # fmt: skip
     dw = np.asarray(fn(x, dy), np.float64)

@@ -72,8 +72,8 @@ struct TileContext {
   const void* out_grad;
   float* bucket;
   bool accumulate;  // add into the bucket: kernel 1, or a later link of a chain (segments.h)
-  DepthView depth;  // a 3D layer read in place: X's image of each image of depth tap `tap`
-  int tap;
+  DepthView depth;  // a 3D layer read in place: X's images and channels of problem `problem`'s
+  int problem;
 };
 
 // One work tile: filter row fh, filter-gradient columns f0..f0+n, one channel block, one segment.
@@ -117,15 +117,19 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
       }
 
       // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha) (of a 3D
-      // layer's depth slice: none in the depth padding).
-      const int64_t x_image = c.depth.on() ? c.depth.input_image(int(image), c.tap) : image;
-      const int64_t row = (x_image * p.in_h + oh + t.fh - p.pad_top) * p.in_w * p.in_c + t.ic0;
+      // layer's depth slice, none in the depth padding; a packed layer's lanes are one tap's channels).
+      const int64_t x_row = oh + t.fh - p.pad_top, x_pixel = c.depth.x_channels(int(p.in_c));
       for (int ic = 0; ic < nic; ic += kLanes) {
+        const int channel = int(t.ic0) + ic;
+        const int64_t x_image =
+            c.depth.on() ? c.depth.input_image(int(image), c.depth.tap_of(c.problem, channel, int(p.in_c)))
+                         : image;
+        const int64_t row = (x_image * p.in_h + x_row) * p.in_w * x_pixel + c.depth.x_channel(channel);
         Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {
           const int col = input_column(int(w0), t.f0, e, int(p.pad_left));
           x[e] = x_image >= 0 && column_in_bounds(col, int(p.in_w))
-                     ? load_lanes<S>(c.input, row + int64_t(col) * p.in_c + ic, nic - ic)
+                     ? load_lanes<S>(c.input, row + int64_t(col) * x_pixel, nic - ic)
                      : Vec(0.0);
         }
         Tile::input(x, tr);

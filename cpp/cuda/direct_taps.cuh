@@ -82,8 +82,10 @@ struct TapsStager : StagingGeometry {
   bool oc_valid, ic_valid;
   int batch, rows, row_begin, w_begin, seg_w, positions;  // positions per row: seg_w + Taps - 1
   FastDivider by_positions, by_batch;
-  // A 3D layer read in place: X (whole, not from the walk's first image) by depth slice of tap `tap` for
-  // the walk's images from image0; null otherwise.
+  // X's channel of this thread's pieces and X's channels per pixel (the problem's, but a packed 3D layer's).
+  int x_channel, x_pixel;
+  // A 3D layer read in place: X (whole, not from the walk's first image) by depth slice of this thread's tap
+  // `tap` for the walk's images from image0; null otherwise.
   const DepthView* depth;
   int image0, tap;
 
@@ -96,7 +98,9 @@ struct TapsStager : StagingGeometry {
     oc_valid = work.oc0 + channel < out_c;
     ic_valid = work.ic0 + channel < in_c;
     out_grad = dy + work.oc0;
-    input = x + work.ic0;
+    input = x;
+    x_channel = work.ic0 + channel;
+    x_pixel = in_c;
     batch = w.batch, rows = w.rows, row_begin = w.row_begin, w_begin = w.w_begin, seg_w = w.units_per_row;
     positions = seg_w + C::taps - 1;
     by_positions.init(positions);
@@ -104,10 +108,13 @@ struct TapsStager : StagingGeometry {
     depth = nullptr;
   }
 
-  __device__ void read_depth(const DepthView& view, int first_image, int depth_tap) {
-    depth = view.on() ? &view : nullptr;
+  __device__ void read_depth(const DepthView& view, int first_image, int problem) {
+    if (!view.on()) return;
+    depth = &view;
     image0 = first_image;
-    tap = depth_tap;
+    tap = view.tap_of(problem, x_channel, in_c);  // a piece's 8 channels are one tap's (channels % 16 == 0)
+    x_channel = view.x_channel(x_channel);
+    x_pixel = view.x_channels(in_c);
   }
 
   __device__ int steps() const {
@@ -132,9 +139,9 @@ struct TapsStager : StagingGeometry {
       // X's image: the walk's, or of a 3D layer's depth slice (none in the depth padding).
       const int x_image = depth ? int(depth->input_image(image0 + image, tap)) : image;
       const bool ok = valid && x_image >= 0 && column_in_bounds(in_col, in_w) && ic_valid;
-      cp_async_16(stage + C::input_offset(d, channel),
-                  input + (ok ? ((x_image * in_h + oh + row_offset) * in_w + in_col) * in_c + channel : 0),
-                  ok);
+      cp_async_16(
+          stage + C::input_offset(d, channel),
+          input + (ok ? ((x_image * in_h + oh + row_offset) * in_w + in_col) * x_pixel + x_channel : 0), ok);
     }
     next_unit += C::copy_units;
   }

@@ -445,8 +445,9 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
     const SegmentGrid& g = args.grid;
     const char* flag = std::getenv("WINRS_JAX_WINDOW");
+    // (A 3D layer's taps packed into channels: the filter-row tile's stager unpacks them, the maps cannot.)
     const bool own = !(flag && flag[0] == '0') && (args.groups == 1 || args.depth.on()) &&
-                     (args.kernel == 1 || g.width0 == g.out_w);
+                     args.depth.channels == 0 && (args.kernel == 1 || g.width0 == g.out_w);
     const int width = own ? window_piece_width(g, args.kernel) : 0;
     // One band of rows (runs end at dY's last row, WgmmaWindowConfig).
     if (width > 0 && g.seg_rows == 1 && runs_wgmma<WgmmaWindowConfig<P, 4>>()) {

@@ -125,13 +125,15 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
 struct DepthAttrs {
   PlanAttrs plan;
   int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad;
+  int64_t filter_depth;  // the layer's depth taps (a packed call's last problem may hold fewer)
 };
 
 // Buffers: input N x D x I_H x I_W x I_C and out_grad N x OD x O_H x O_W x O_C in the path's storage type,
-// filter_grad FD x O_C x F_H x F_W x I_C (float32, one problem per filter depth tap) and the float32
-// workspace of op->workspace_elems(). The problem is the 2D one of N x OD images (paper section 3, Level 2);
-// only plans whose kernels read X by depth slice take it (reads_depth_in_place). An error message, empty on
-// success.
+// filter_grad G x O_C x F_H x F_W x (P I_C) (float32: G problems of P filter depth taps each, P = 1 or, for
+// layers of 16 or 32 channels, 64 / I_C taps packed into the input channels; G P >= FD > (G - 1) P) and the
+// float32 workspace of op->workspace_elems(). The problem is the 2D one of N x OD images (paper section 3,
+// Level 2); only plans whose kernels read X by depth slice take it (reads_depth_in_place). An error message,
+// empty on success.
 template <typename Ret>
 std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                               Ret& filter_grad, Ret& workspace, const DepthAttrs& a, BackwardFilterOp* op) {
@@ -154,10 +156,17 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   if (x[0] != dy[0]) return "input and output gradient have different batch sizes";
   if (dw[0] < 1 || dw[0] > kIntMax) return "the filter gradient needs 1 to 2^31 - 1 depth taps";
   options.problems = int(dw[0]);  // the depth taps share the launch
+  // Taps packed into the input channels: P = dW's / X's channels, X's channels a multiple of 16 (a CPU lane
+  // group, two 16-byte GPU pieces: one tap's).
+  const int64_t packed = dw[4] / std::max<int64_t>(x[4], 1);
+  if (dw[4] != x[4] && (x[4] < 1 || x[4] % 16 != 0 || dw[4] % x[4] != 0))
+    return "packed depth taps need input channels a multiple of 16 dividing the filter gradient's";
+  if (a.filter_depth < 1 || a.filter_depth > dw[0] * packed || a.filter_depth <= (dw[0] - 1) * packed)
+    return "filter_depth does not match the filter gradient's problems and packing";
   // The kernels count images and X's elements in 32 bits (the flat problem's are checked by the planner).
   if (x[0] * x[1] > kIntMax || dy[0] * dy[1] > kIntMax || x[0] * x[1] * x[2] * x[3] * x[4] > kIntMax)
     return "tensors of 2^31 or more elements are not supported";
-  Shapes shapes{{dy[0] * dy[1], x[2], x[3], x[4]},
+  Shapes shapes{{dy[0] * dy[1], x[2], x[3], dw[4]},
                 {dy[0] * dy[1], dy[2], dy[3], dy[4]},
                 {dw[1], dw[2], dw[3], dw[4]},
                 {a.plan.pad_top, a.plan.pad_bottom, a.plan.pad_left, a.plan.pad_right},
@@ -168,8 +177,9 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   if (!reads_depth_in_place(op->problem, op->plan))
     return "the plan's kernels cannot read a 3D layer's input in place (winrs_jax copies its depth slices "
            "then)";
-  op->depth = DepthView{int(a.in_depth), int(a.out_depth), int(a.depth_stride), int(a.depth_dilation),
-                        int(a.depth_pad)};
+  op->depth =
+      DepthView{int(a.in_depth),  int(a.out_depth),    int(a.depth_stride),       int(a.depth_dilation),
+                int(a.depth_pad), int(a.filter_depth), packed > 1 ? int(x[4]) : 0};
   if (int64_t(workspace->element_count()) != op->workspace_elems())
     return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
   return {};
@@ -213,4 +223,5 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_AT
                                       ::xla::ffi::StructMember<int64_t>("out_depth"),
                                       ::xla::ffi::StructMember<int64_t>("depth_stride"),
                                       ::xla::ffi::StructMember<int64_t>("depth_dilation"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_pad"));
+                                      ::xla::ffi::StructMember<int64_t>("depth_pad"),
+                                      ::xla::ffi::StructMember<int64_t>("filter_depth"));

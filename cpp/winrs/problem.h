@@ -26,9 +26,13 @@ struct Problem {
 // A 3D layer whose X the kernels read in place (paper section 3, Level 2, without the depth-shifted copies):
 // the stacked problems are the filter's depth taps fd, their images the N x OD depth slices of dY, and image
 // n OD + od of tap fd meets X's depth slice od stride + fd dilation - pad of sample n, zeros outside 0 .. D -
-// 1 (the depth padding). in_depth 0: no view, image i of every problem is X's image i.
+// 1 (the depth padding) and for taps past the filter's `taps`. in_depth 0: no view, image i of every problem
+// is X's image i. Layers of few channels pack in_c / channels taps into a problem's input channels: X has
+// `channels` channels, and input channel i of problem g is X's channel i % channels of tap
+// g (in_c / channels) + i / channels (0: one tap per problem, X's channels the problem's).
 struct DepthView {
   int in_depth = 0, out_depth = 1, stride = 1, dilation = 1, pad = 0;
+  int taps = 0, channels = 0;
 
   WINRS_HD bool on() const { return in_depth > 0; }
   // Depth slice (of sample image / out_depth) of X that image `image` of tap fd meets; outside 0 .. D - 1 in
@@ -37,8 +41,15 @@ struct DepthView {
   // X's image of image `image` of tap fd, or -1 in the padding (zeros).
   WINRS_HD int64_t input_image(int image, int fd) const {
     const int d = slice(image, fd);
-    return d >= 0 && d < in_depth ? int64_t(image / out_depth) * in_depth + d : -1;
+    return d >= 0 && d < in_depth && fd < taps ? int64_t(image / out_depth) * in_depth + d : -1;
   }
+  // The depth tap of problem `problem`'s input channel `channel` (of in_c), X's channel of it, and X's
+  // channels.
+  WINRS_HD int tap_of(int problem, int channel, int in_c) const {
+    return channels ? problem * (in_c / channels) + channel / channels : problem;
+  }
+  WINRS_HD int x_channel(int channel) const { return channels ? channel % channels : channel; }
+  WINRS_HD int x_channels(int in_c) const { return channels ? channels : in_c; }
 };
 
 }  // namespace winrs

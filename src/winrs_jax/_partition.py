@@ -43,9 +43,10 @@ class Layer:
     # most-major, which is their layout already (asked for row-major, XLA copied both operands to add the axis).
     unit_height_major: bool = False
     # A 3D layer read in place (Plan.depth_in_place): X N x D x H x W x C and dY N x OD x OH x OW x K, and
-    # (input depth, output depth, filter depth, depth stride, depth dilation, depth pads); dW then
-    # FD x K x FH x FW x C, one 2D problem of N x OD images per filter depth tap.
-    depth: tuple[int, int, int, int, int, tuple[int, int]] | None = None
+    # (input depth, output depth, filter depth, depth stride, depth dilation, depth pads, taps packed per
+    # problem); dW then FD x K x FH x FW x C, from one 2D problem of N x OD images per filter depth tap, or per
+    # `packing` taps side by side in its input channels.
+    depth: tuple[int, int, int, int, int, tuple[int, int], int] | None = None
 
 
 def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
@@ -53,20 +54,25 @@ def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.A
     where the plan of its images allows (a smaller batch may plan other kernels), else its depth-shifted
     copies."""
     assert layer.depth is not None
-    in_depth, out_depth, taps, stride, dilation, pads = layer.depth
+    in_depth, out_depth, taps, stride, dilation, pads, packing = layer.depth
     batch, in_hw, in_c, out_c = x.shape[0] * out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
-    plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
-                          layer.options, problems=taps)  # fmt: skip
+    problems = -(-taps // packing)
+    plan = plan_canonical(batch, in_hw, in_c * packing, out_c, layer.filter_hw, layer.pads, layer.path,
+                          layer.reference, layer.options, problems=problems)  # fmt: skip
     if not plan.supported:
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     if not plan.reads_depth_in_place:
-        views, dy = depth_views(x, dy, layer.depth, 0)
+        views, dy = depth_views(x, dy, layer.depth[:6], 0)
         flat = dataclasses.replace(layer, stack=1, depth=None)
         return _local_filter_grad(_full_or_shared(views, (taps,)), dy, flat)
     attributes = dict(plan.ffi_attributes(), in_depth=in_depth, out_depth=out_depth, depth_stride=stride,
-                      depth_dilation=dilation, depth_pad=pads[0])  # fmt: skip
-    return _ffi.backward_filter_call(x, dy, (taps,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
-                                     _ffi.DEPTH_TARGET)  # fmt: skip
+                      depth_dilation=dilation, depth_pad=pads[0], filter_depth=taps)  # fmt: skip
+    dw = _ffi.backward_filter_call(x, dy, (problems,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
+                                   _ffi.DEPTH_TARGET)  # fmt: skip
+    # Problem g's input channel j C + c is tap g P + j's channel c.
+    dw = dw.reshape(*dw.shape[:-1], packing, in_c)
+    dw = jax.numpy.moveaxis(dw, -2, 1).reshape(problems * packing, *dw.shape[1:-2], in_c)
+    return dw[:taps]
 
 
 def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
@@ -259,12 +265,12 @@ def run_plan(
 
 
 def depth_views(
-    x: jax.Array, dy: jax.Array, depth: tuple[int, int, int, int, int, tuple[int, int]], stack: int
+    x: jax.Array, dy: jax.Array, depth: tuple[Any, ...], stack: int
 ) -> tuple[jax.Array, jax.Array]:
     """A 3D layer's X (... x N x D x H x W x C) as its FD filter depth taps' depth-shifted views (... x FD x N OD x
     H x W x C, copies), and dY (... x N x OD x OH x OW x K) as ... x 1 x N OD x OH x OW x K, shared by the taps.
     depth: (input depth, output depth, filter depth, depth stride, depth dilation, depth pads)."""
-    _, out_depth, taps, step, spacing, pads = depth
+    _, out_depth, taps, step, spacing, pads = depth[:6]
     span = step * (out_depth - 1) + 1  # input depth slices one tap reads, from its first
     lead = [(0, 0)] * (stack + 1)
     x = jax.numpy.pad(x, [*lead, pads, (0, 0), (0, 0), (0, 0)])
@@ -281,7 +287,7 @@ def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions
     (in_depth, out_depth, taps), step, spacing = plan.depth, plan.depth_stride, plan.depth_dilation
     flat = dataclasses.replace(plan, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
     if plan.depth_in_place and stack == 0:
-        depth = (in_depth, out_depth, taps, step, spacing, plan.depth_pads)
+        depth = (in_depth, out_depth, taps, step, spacing, plan.depth_pads, plan.depth_packing)
         dw = filter_grad(
             x, dy, Layer(flat.filter_hw, flat.pads, flat.path, flat.reference, options, depth=depth)
         )

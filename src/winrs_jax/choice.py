@@ -548,6 +548,7 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             **({"atomic_splits": True} if plan.method == "direct" and plan.atomic else {}),
             # A 3D layer whose X the kernels read by depth slice (before, from copies: older keys kept).
             **({"depth_in_place": True} if plan.depth_in_place else {}),
+            **({"depth_packing": plan.depth_packing} if plan.depth_packing > 1 else {}),
         ),
         sort_keys=True,
     )  # fmt: skip

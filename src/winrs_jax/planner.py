@@ -203,6 +203,10 @@ class Plan:
     # Whether the kernels of this 2D problem can read a 3D layer's X by depth slice, in place (the direct
     # kernel's filter-row and filter-window tiles on tensor cores; cpp/winrs/operator.h).
     reads_depth_in_place: bool = False
+    # A 3D layer read in place with this many depth taps packed into each problem's input channels (layers of
+    # 16 or 32 channels: 64 / channels taps side by side, so that the kernels' 64-channel blocks fill; the
+    # printout's kernels line describes the packed problem, its channels times this).
+    depth_packing: int = 1
     # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
     # stride and filter dilation. Each filter depth tap fd meets the padded input's depth slices
     # fd * dilation + stride * j (j < output depth) as the 2D problem described by the rest of the plan (strided
@@ -269,7 +273,7 @@ class Plan:
             )
         else:
             per_problem = 4 * self.workspace_elems
-        return per_problem * self.depth_taps * self.groups
+        return per_problem * self.stacked_depth_problems * self.groups
 
     @property
     def depth_in_place(self) -> bool:
@@ -279,6 +283,11 @@ class Plan:
         plain = (self.method == "winrs" and self.groups == 1 and self.dense_groups == 1 and self.batch_groups == 1
                  and self.dilation == (1, 1) and not self.phases)  # fmt: skip
         return bool(self.depth[2]) and plain and self.reads_depth_in_place
+
+    @property
+    def stacked_depth_problems(self) -> int:
+        """The 2D problems a 3D layer's depth taps make: one per tap, or per depth_packing taps."""
+        return -(-self.depth_taps // self.depth_packing)
 
     @property
     def depth_taps(self) -> int:
@@ -419,8 +428,14 @@ class Plan:
             f"problem below over N x output depth = {self.batch} images, all taps stacked (paper section 3, "
             "Level 2)",
             *lines[1:],
-            f"  copies     none: the kernels read X by depth slice, zeros in the depth padding (under vmap: {fd} "
-            f"depth-shifted views of X made by XLA); workspace {self.workspace_bytes} bytes for all taps"
+            "  copies     none: the kernels read X by depth slice, zeros in the depth padding"
+            + (f", {self.depth_packing} taps packed side by side in each problem's {self.depth_packing} x "
+               f"{self.channels[0]} input channels ({self.stacked_depth_problems} problem"
+               f"{'s' if self.stacked_depth_problems > 1 else ''}; on the GPU the filter-row tile, a block per "
+               "filter row: the window tile's copies cannot unpack them)"
+               if self.depth_packing > 1 else "")
+            + f" (under vmap: {fd} depth-shifted views of X made by XLA); workspace {self.workspace_bytes} bytes "
+            "for all taps"
             if self.depth_in_place else
             f"  copies     {fd} depth-shifted views of X ({fd} x N x output depth images), made by XLA before the "
             f"call; workspace {self.workspace_bytes} bytes for all taps",
@@ -724,11 +739,22 @@ def _layer_plan(
     taps = 1 if flat.method == "direct" else depth[2]  # a direct plan covers the taps of its call
     if dataclasses.replace(flat, depth=depth).depth_in_place:
         # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
-        # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan.
-        shared = plan_canonical(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
-                                flat.reference, options, problems=taps)  # fmt: skip
+        # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan. Layers
+        # of 16 or 32 input channels pack 64 / C taps into each problem's channels where that plan reads in place.
+        packing = depth_packing(flat.channels[0], taps, flat.path)
+        problems = -(-taps // packing)
+        shared = plan_canonical(flat.batch, flat.input_hw, flat.channels[0] * packing, flat.channels[1],
+                                flat.filter_hw, flat.pads, flat.path, flat.reference, options,
+                                problems=problems)  # fmt: skip
+        if packing > 1 and not shared.reads_depth_in_place:
+            packing, problems = 1, taps
+            shared = plan_canonical(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
+                                    flat.reference, options, problems=taps)  # fmt: skip
+        taps = problems
         flat = (
-            shared if shared.reads_depth_in_place else dataclasses.replace(flat, reads_depth_in_place=False)
+            dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
+            if shared.reads_depth_in_place
+            else dataclasses.replace(flat, reads_depth_in_place=False)
         )
     return dataclasses.replace(
         flat,
@@ -738,6 +764,17 @@ def _layer_plan(
         depth_dilation=depth_dilation,
         predicted_seconds=flat.predicted_seconds * taps,
     )
+
+
+def depth_packing(in_c: int, taps: int, path: str) -> int:
+    """Depth taps a 3D layer read in place packs into each problem's input channels: up to 64 / C for 16-bit
+    layers of 16 or 32 input channels (the kernels' 64-channel blocks would run a quarter or half full), as few
+    problems as that allows with the taps spread evenly over them (5 taps of 16 channels: 3 and 2, not 4 and 1);
+    else 1."""
+    if path not in ("bf16", "fp16") or in_c not in (16, 32) or taps < 2:
+        return 1
+    problems = -(-taps // (64 // in_c))
+    return -(-taps // problems)
 
 
 def _plan_2d(
