@@ -771,7 +771,7 @@ def depth_packing(in_c: int, taps: int, path: str) -> int:
     layers of 16 or 32 input channels (the kernels' 64-channel blocks would run a quarter or half full), as few
     problems as that allows with the taps spread evenly over them (5 taps of 16 channels: 3 and 2, not 4 and 1);
     else 1."""
-    if path not in ("bf16", "fp16") or in_c not in (16, 32) or taps < 2:
+    if path not in ("bf16", "fp16") or in_c != 16 or taps < 2:
         return 1
     problems = -(-taps // (64 // in_c))
     return -(-taps // problems)
