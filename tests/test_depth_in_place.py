@@ -18,10 +18,9 @@ NDHWC = ("NDHWC", "DHWIO", "NDHWC")
 
 # x shape (N, D, H, W, C), output channels, filter (FD, FH, FW), depth pads, depth stride, depth dilation:
 # padding on both sides, on one side (the taps' first or last slices meet only padding), strided and dilated
-# in depth, a 5x5x5 filter (several filter-window tiles), and a depth of one output slice. Layers of 16 and 32
-# input channels pack their taps into the problems' channels (Plan.depth_packing): 3 taps of 16 in one problem,
-# 5 in two (3 and 2), 3 taps of 32 in two (2 and 1, the second problem's other half zeros), and with the depth
-# stride and dilation; the 8- and 64-channel ones run a problem per tap.
+# in depth, a 5x5x5 filter (several filter-window tiles), and a depth of one output slice. Layers of 16 input
+# channels pack their taps into the problems' channels (Plan.depth_packing): 3 taps in one problem, 5 in two (3
+# and 2), also with the depth stride; the 8-, 32- and 64-channel ones run a problem per tap.
 CASES = [
     ((2, 5, 6, 16, 16), 16, (3, 3, 3), (1, 1), 1, 1),
     ((2, 6, 5, 12, 8), 24, (3, 3, 3), (2, 0), 1, 1),
@@ -35,7 +34,7 @@ CASES = [
 ]
 IDS = ["pads-1-1", "pads-2-0", "depth-stride-2", "depth-dilation-2", "5x5x5", "one-output-slice", "32-channels",
        "32-channels-strided-dilated", "64-channels"]  # fmt: skip
-PACKING = [3, 1, 3, 1, 3, 1, 2, 2, 1]
+PACKING = [3, 1, 3, 1, 3, 1, 1, 1, 1]
 
 
 def _geometry(case):
@@ -131,6 +130,18 @@ def test_depth_handler_reads_the_padding_as_zeros():
     dw = np.asarray(_depth_call())
     inner = 6 * 16  # the middle height and width tap meets every position of a 6 x 16 map
     assert dw[1, 0, 1, 1, 0] == 2 * 5 * inner and dw[0, 0, 1, 1, 0] == dw[2, 0, 1, 1, 0] == 2 * 4 * inner
+
+
+def test_depth_handler_unpacks_packed_taps():
+    """Two taps of 32 channels packed into each of two problems (the handler takes any multiple of 16 channels;
+    the planner packs layers of 16): all-ones X and dY, so each dW entry counts the (output slice, input slice)
+    pairs inside the volume times the positions its height and width taps meet; the fourth tap, past the
+    filter's three, reads zeros."""
+    dw = np.asarray(_depth_call(x_shape=(2, 5, 6, 16, 32), dw_shape=(2, 16, 3, 3, 64), filter_depth=3))
+    inner = 2 * 6 * 16  # the middle height and width tap meets every position of a 6 x 16 map, 2 samples
+    # problem g's channel 32 j + c: tap 2 g + j
+    assert dw[0, 0, 1, 1, 0] == 4 * inner and dw[0, 0, 1, 1, 32] == 5 * inner
+    assert dw[1, 0, 1, 1, 0] == 4 * inner and not np.any(dw[1, ..., 32:])
 
 
 @pytest.mark.parametrize(

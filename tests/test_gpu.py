@@ -499,8 +499,8 @@ def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):
 # 3D layers read in place by depth slice (winrs_backward_filter_3d): x shape (N, D, H, W, C), output channels,
 # filter (FD, FH, FW), depth pads, depth stride, depth dilation. The filter-window tile (64 x 64 channels, on
 # Hopper), the filter-row tile on 128 x 128 channels (both counts above 64, rows of 190), a 5x5x5 filter, one-sided
-# pads, depth strides and dilation; the layers of 32 and 16 input channels pack 2 and 3 taps into a problem's
-# channels (the filter-row tile's stager unpacks them; the window tile does not run them).
+# pads, depth strides and dilation; the layer of 16 input channels packs its 3 taps into one problem's channels
+# (the filter-row tile's stager unpacks them; the window tile does not run them).
 DEPTH_LAYERS = [
     ((2, 6, 10, 32, 64), 64, (3, 3, 3), (1, 1), 1, 1),
     ((1, 8, 12, 28, 32), 64, (3, 3, 3), (2, 0), 1, 1),
