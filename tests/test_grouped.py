@@ -224,6 +224,23 @@ def test_many_splits_into_a_small_filter_keep_the_ordered_sum():
     assert large.splits > 1 and large.atomic and large.workspace_bytes == 0
 
 
+@pytest.mark.parametrize("stacked", [1, 2])
+def test_fixed_order_splits_keep_the_workspace_under_64_mib(stacked):
+    """A fixed-order sum keeps every split's partial dW but the first in the workspace: 31x31 depthwise on 2048
+    channels (1,968,128 floats of dW) splits 256 ways with atomic adds, which would need 2 GB of partial sums in a
+    fixed order; there the splits are cut to what 16 Mi floats (64 MiB) hold, for all stacked problems."""
+    args = (64, (56, 56), 2048, 2048, (31, 31), (15, 15, 15, 15), (1, 1), (1, 1), 2048, "bf16", "bf16")
+    dw_elems = 2048 * 31 * 31
+    atomic = winrs_jax.planner.plan_grouped(*args, PlannerOptions(sm_count=132), stacked)
+    ordered = winrs_jax.planner.plan_grouped(*args, PlannerOptions(sm_count=132, deterministic=True), stacked)
+    assert atomic.atomic and atomic.splits == 256 and atomic.workspace_bytes == 0
+    assert not ordered.atomic and ordered.splits == 1 + (16 << 20) // (stacked * dw_elems)
+    assert (
+        ordered.workspace_elems == (ordered.splits - 1) * dw_elems
+        and stacked * ordered.workspace_elems <= 16 << 20
+    )
+
+
 def test_more_spatial_tiles_than_32_bits_count_fall_back():
     """The kernels count spatial tiles in 32 bits: a batch of 2^31 - 1 images of 33x33 (2^32 tiles) is refused by
     the planner, with the reason, rather than launched."""
