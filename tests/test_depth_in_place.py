@@ -132,6 +132,18 @@ def test_depth_handler_reads_the_padding_as_zeros():
     assert dw[1, 0, 1, 1, 0] == 2 * 5 * inner and dw[0, 0, 1, 1, 0] == dw[2, 0, 1, 1, 0] == 2 * 4 * inner
 
 
+def test_more_depth_taps_than_one_launch_takes_keep_the_copies():
+    """A launch takes its problems from blockIdx.y (at most 65535): a filter of 65537 depth taps (a depth padded
+    by 32768 on each side) is planned with the copies, whose launches split the problems."""
+    x = jax.ShapeDtypeStruct((1, 1, 6, 16, 64), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((65537, 3, 3, 64, 16), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1, 1), ((32768, 32768), (1, 1), (1, 1)), dimension_numbers=NDHWC)
+    assert plan.supported and plan.depth == (1, 1, 65537) and not plan.depth_in_place
+    few = winrs_jax.plan(x, jax.ShapeDtypeStruct((3, 3, 3, 64, 16), jnp.bfloat16), (1, 1, 1), "SAME",
+                         dimension_numbers=NDHWC)  # fmt: skip
+    assert few.depth_in_place
+
+
 def test_depth_handler_unpacks_packed_taps():
     """Two taps of 32 channels packed into each of two problems (the handler takes any multiple of 16 channels;
     the planner packs layers of 16): all-ones X and dY, so each dW entry counts the (output slice, input slice)
@@ -159,6 +171,8 @@ def test_depth_handler_unpacks_packed_taps():
         # Packed taps: 2 problems of 2 taps of 16 channels hold 3 or 4 taps; 8 channels a tap cannot pack.
         (dict(dw_shape=(2, 16, 3, 3, 32), filter_depth=2), "filter_depth does not match"),
         (dict(x_shape=(2, 5, 6, 16, 8), dw_shape=(2, 16, 3, 3, 16)), "multiple of 16"),
+        # Depth slices past 32 bits (a wrapped slice would read data where the padding's zeros are).
+        (dict(depth_stride=3, depth_dilation=2**31 - 1, depth_pad=-(2**31 - 1)), "depth slices of 2\\^31"),
         (dict(path=PATHS.index("fp16")), "element type of path fp16"),
     ],
 )

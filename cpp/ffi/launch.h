@@ -163,6 +163,12 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
     return "packed depth taps need input channels a multiple of 16 dividing the filter gradient's";
   if (a.filter_depth < 1 || a.filter_depth > dw[0] * packed || a.filter_depth <= (dw[0] - 1) * packed)
     return "filter_depth does not match the filter gradient's problems and packing";
+  // The kernels take a launch's problems from blockIdx.y (at most 65535: no second launch of taps), and
+  // compute depth slices in 32 bits.
+  if (dw[0] > 65535) return "a 3D layer read in place takes at most 65535 problems (depth taps)";
+  const int64_t last_slice = (a.out_depth - 1) * a.depth_stride + (a.filter_depth - 1) * a.depth_dilation;
+  if (last_slice + (a.depth_pad < 0 ? -a.depth_pad : a.depth_pad) > kIntMax)
+    return "depth slices of 2^31 or more are not supported";
   // The kernels count images and X's elements in 32 bits (the flat problem's are checked by the planner).
   if (x[0] * x[1] > kIntMax || dy[0] * dy[1] > kIntMax || x[0] * x[1] * x[2] * x[3] * x[4] > kIntMax)
     return "tensors of 2^31 or more elements are not supported";

@@ -203,8 +203,8 @@ class Plan:
     # Whether the kernels of this 2D problem can read a 3D layer's X by depth slice, in place (the direct
     # kernel's filter-row and filter-window tiles on tensor cores; cpp/winrs/operator.h).
     reads_depth_in_place: bool = False
-    # A 3D layer read in place with this many depth taps packed into each problem's input channels (layers of
-    # 16 or 32 channels: 64 / channels taps side by side, so that the kernels' 64-channel blocks fill; the
+    # A 3D layer read in place with this many depth taps packed into each problem's input channels (16-bit
+    # layers of 16 channels: up to 4 taps side by side, so that the kernels' 64-channel blocks fill more; the
     # printout's kernels line describes the packed problem, its channels times this).
     depth_packing: int = 1
     # A 3D layer (paper section 3, Level 2): (input depth, output depth, filter depth), the depth padding,
@@ -683,7 +683,8 @@ def make_plan(
         )
         if not dense.supported:
             return dataclasses.replace(dense, reason=f"{b} batch groups: {dense.reason}")
-        return dataclasses.replace(dense, batch_groups=b)
+        # (A 3D one runs its depth taps as copies, then the batch groups in each: run_plan.)
+        return dataclasses.replace(dense, batch_groups=b, reads_depth_in_place=False, depth_packing=1)
     if group_path in ("bf16", "fp16") and in_c // groups <= TENSOR_CORE_MAX_GROUP_CHANNELS:
         on_tensor_cores = _layer_plan(lhs_shape, rhs_shape, spec, group_path, paths, reference, options)
         if on_tensor_cores.tensor_cores:
@@ -740,22 +741,17 @@ def _layer_plan(
     if dataclasses.replace(flat, depth=depth).depth_in_place:
         # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
         # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan. Layers
-        # of 16 or 32 input channels pack 64 / C taps into each problem's channels where that plan reads in place.
+        # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packing = depth_packing(flat.channels[0], taps, flat.path)
-        problems = -(-taps // packing)
-        shared = plan_canonical(flat.batch, flat.input_hw, flat.channels[0] * packing, flat.channels[1],
-                                flat.filter_hw, flat.pads, flat.path, flat.reference, options,
-                                problems=problems)  # fmt: skip
+        shared = _depth_plan(flat, packing, taps, options)
         if packing > 1 and not shared.reads_depth_in_place:
-            packing, problems = 1, taps
-            shared = plan_canonical(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
-                                    flat.reference, options, problems=taps)  # fmt: skip
-        taps = problems
-        flat = (
-            dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
-            if shared.reads_depth_in_place
-            else dataclasses.replace(flat, reads_depth_in_place=False)
-        )
+            packing = 1
+            shared = _depth_plan(flat, packing, taps, options)
+        if shared.reads_depth_in_place:
+            taps = -(-taps // packing)
+            flat = dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
+        else:
+            flat = dataclasses.replace(flat, reads_depth_in_place=False)
     return dataclasses.replace(
         flat,
         depth=depth,
@@ -766,11 +762,26 @@ def _layer_plan(
     )
 
 
+# A launch's stacked problems are its blockIdx.y: a 3D layer read in place takes its depth taps in one launch.
+MAX_DEPTH_PROBLEMS = 65535
+
+
+def _depth_plan(flat: Plan, packing: int, taps: int, options: PlannerOptions) -> Plan:
+    """The plan of a 3D layer's 2D problem `flat` read in place with `packing` taps per problem, all problems in
+    one launch (the handler plans the same); not read in place beyond one launch's problems (the copies' launches
+    split them)."""
+    problems = -(-taps // packing)
+    if problems > MAX_DEPTH_PROBLEMS:
+        return dataclasses.replace(flat, reads_depth_in_place=False)
+    return plan_canonical(flat.batch, flat.input_hw, flat.channels[0] * packing, flat.channels[1], flat.filter_hw,
+                          flat.pads, flat.path, flat.reference, options, problems=problems)  # fmt: skip
+
+
 def depth_packing(in_c: int, taps: int, path: str) -> int:
-    """Depth taps a 3D layer read in place packs into each problem's input channels: up to 64 / C for 16-bit
-    layers of 16 or 32 input channels (the kernels' 64-channel blocks would run a quarter or half full), as few
-    problems as that allows with the taps spread evenly over them (5 taps of 16 channels: 3 and 2, not 4 and 1);
-    else 1."""
+    """Depth taps a 3D layer read in place packs into each problem's input channels: up to 4 for 16-bit layers of
+    16 input channels (the kernels' 64-channel blocks would run a sixteenth full), as few problems as that allows
+    with the taps spread evenly over them (5 taps: 3 and 2, not 4 and 1); else 1. (32 channels packed ran slower
+    on the filter-row tile than unpacked on the window tile: docs/benchmarks.md, twenty-seventh stop.)"""
     if path not in ("bf16", "fp16") or in_c != 16 or taps < 2:
         return 1
     problems = -(-taps // (64 // in_c))
