@@ -432,7 +432,7 @@ class Plan:
             + (f", {self.depth_packing} taps packed side by side in each problem's {self.depth_packing} x "
                f"{self.channels[0]} input channels ({self.stacked_depth_problems} problem"
                f"{'s' if self.stacked_depth_problems > 1 else ''}; on the GPU the filter-row tile, a block per "
-               "filter row: the window tile's copies cannot unpack them)"
+               "filter row: the window tile's TMA boxes cannot unpack them)"
                if self.depth_packing > 1 else "")
             + f" (under vmap: {fd} depth-shifted views of X made by XLA); workspace {self.workspace_bytes} bytes "
             "for all taps"
