@@ -25,6 +25,28 @@ from winrs_jax.planner import Plan, PlannerOptions, plan_canonical, plan_grouped
 
 
 @dataclasses.dataclass(frozen=True)
+class DepthGeometry:
+    """A 3D layer's depth (paper section 3, Level 2): filter depth tap fd meets the padded input's depth slices
+    fd * dilation + stride * j (j < out_depth); `packing` taps share one 2D problem's input channels when X is read
+    in place (Plan.depth_packing)."""
+
+    in_depth: int
+    out_depth: int
+    taps: int
+    stride: int
+    dilation: int
+    pads: tuple[int, int]
+    packing: int = 1
+
+    @classmethod
+    def of(cls, plan: Plan) -> DepthGeometry:
+        (in_depth, out_depth, taps), pads = plan.depth, plan.depth_pads
+        return cls(
+            in_depth, out_depth, taps, plan.depth_stride, plan.depth_dilation, pads, plan.depth_packing
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Layer:
     """What the filter gradient needs besides X (... x N x H x W x C) and dY (... x N x OH x OW x K)."""
 
@@ -42,31 +64,32 @@ class Layer:
     # X and dY of a 1D layer, given their unit height axis by a reshape: the FFI call takes them with that axis
     # most-major, which is their layout already (asked for row-major, XLA copied both operands to add the axis).
     unit_height_major: bool = False
-    # A 3D layer read in place (Plan.depth_in_place): X N x D x H x W x C and dY N x OD x OH x OW x K, and
-    # (input depth, output depth, filter depth, depth stride, depth dilation, depth pads, taps packed per
-    # problem); dW then FD x K x FH x FW x C, from one 2D problem of N x OD images per filter depth tap, or per
-    # `packing` taps side by side in its input channels.
-    depth: tuple[int, int, int, int, int, tuple[int, int], int] | None = None
+    # A 3D layer read in place (Plan.depth_in_place): X N x D x H x W x C and dY N x OD x OH x OW x K; dW then
+    # FD x K x FH x FW x C, from one 2D problem of N x OD images per filter depth tap, or per `packing` taps side
+    # by side in its input channels.
+    depth: DepthGeometry | None = None
 
 
 def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     """dW (FD x K x FH x FW x C) of one device's part of a 3D layer read in place (Layer.depth): X by depth slice
     where the plan of its images allows (a smaller batch may plan other kernels), else its depth-shifted
     copies."""
-    assert layer.depth is not None
-    in_depth, out_depth, taps, stride, dilation, pads, packing = layer.depth
-    batch, in_hw, in_c, out_c = x.shape[0] * out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
+    depth = layer.depth
+    assert depth is not None
+    taps, packing = depth.taps, depth.packing
+    batch, in_hw, in_c, out_c = x.shape[0] * depth.out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
     problems = -(-taps // packing)
     plan = plan_canonical(batch, in_hw, in_c * packing, out_c, layer.filter_hw, layer.pads, layer.path,
                           layer.reference, layer.options, problems=problems)  # fmt: skip
     if not plan.supported:
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     if not plan.reads_depth_in_place:
-        views, dy = depth_views(x, dy, layer.depth[:6], 0)
+        views, dy = depth_views(x, dy, depth, 0)
         flat = dataclasses.replace(layer, stack=1, depth=None)
         return _local_filter_grad(_full_or_shared(views, (taps,)), dy, flat)
-    attributes = dict(plan.ffi_attributes(), in_depth=in_depth, out_depth=out_depth, depth_stride=stride,
-                      depth_dilation=dilation, depth_pad=pads[0], filter_depth=taps)  # fmt: skip
+    attributes = dict(plan.ffi_attributes(), in_depth=depth.in_depth, out_depth=depth.out_depth,
+                      depth_stride=depth.stride, depth_dilation=depth.dilation, depth_pad=depth.pads[0],
+                      filter_depth=taps)  # fmt: skip
     dw = _ffi.backward_filter_call(x, dy, (problems,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
                                    _ffi.DEPTH_TARGET)  # fmt: skip
     # Problem g's input channel j C + c is tap g P + j's channel c.
@@ -264,13 +287,16 @@ def run_plan(
                                     unit_height_major=one_d))  # fmt: skip
 
 
-def depth_views(
-    x: jax.Array, dy: jax.Array, depth: tuple[Any, ...], stack: int
-) -> tuple[jax.Array, jax.Array]:
+def depth_views(x: jax.Array, dy: jax.Array, depth: DepthGeometry, stack: int) -> tuple[jax.Array, jax.Array]:
     """A 3D layer's X (... x N x D x H x W x C) as its FD filter depth taps' depth-shifted views (... x FD x N OD x
-    H x W x C, copies), and dY (... x N x OD x OH x OW x K) as ... x 1 x N OD x OH x OW x K, shared by the taps.
-    depth: (input depth, output depth, filter depth, depth stride, depth dilation, depth pads)."""
-    _, out_depth, taps, step, spacing, pads = depth[:6]
+    H x W x C, copies), and dY (... x N x OD x OH x OW x K) as ... x 1 x N OD x OH x OW x K, shared by the taps."""
+    out_depth, taps, step, spacing, pads = (
+        depth.out_depth,
+        depth.taps,
+        depth.stride,
+        depth.dilation,
+        depth.pads,
+    )
     span = step * (out_depth - 1) + 1  # input depth slices one tap reads, from its first
     lead = [(0, 0)] * (stack + 1)
     x = jax.numpy.pad(x, [*lead, pads, (0, 0), (0, 0), (0, 0)])
@@ -284,15 +310,14 @@ def depth_views(
 def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions, stack: int) -> jax.Array:
     """A 3D layer's dW (... x K x FD x FH x FW x C) as its FD filter depth taps' 2D problems, stacked: X read in
     place by depth slice where the plan allows (Plan.depth_in_place, not under vmap), else from copies."""
-    (in_depth, out_depth, taps), step, spacing = plan.depth, plan.depth_stride, plan.depth_dilation
+    depth = DepthGeometry.of(plan)
     flat = dataclasses.replace(plan, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
     if plan.depth_in_place and stack == 0:
-        depth = (in_depth, out_depth, taps, step, spacing, plan.depth_pads, plan.depth_packing)
         dw = filter_grad(
             x, dy, Layer(flat.filter_hw, flat.pads, flat.path, flat.reference, options, depth=depth)
         )
         return jax.numpy.moveaxis(dw, 0, 1)  # K x FD x FH x FW x C
-    views, dy = depth_views(x, dy, (*plan.depth, step, spacing, plan.depth_pads), stack)
+    views, dy = depth_views(x, dy, depth, stack)
     stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))
     dw = run_plan(_full_or_shared(views, stacked), _full_or_shared(dy, stacked), flat, options, stack + 1)
     return jax.numpy.moveaxis(dw, stack, stack + 1)  # ... x K x FD x FH x FW x C
