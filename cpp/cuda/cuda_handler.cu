@@ -21,36 +21,35 @@ std::string cuda_error(cudaError_t e, const char* stage) {
   return e == cudaSuccess ? std::string() : std::string(stage) + ": " + cudaGetErrorString(e);
 }
 
+// Both WinRS targets: the operator that `decode` makes of the call, launched on XLA's stream.
+template <typename Decode>
+ffi::Error backward_filter_on_gpu(const char* target, cudaStream_t stream, ffi::AnyBuffer& input,
+                                  ffi::AnyBuffer& out_grad, ffi::ResultBuffer<ffi::F32>& filter_grad,
+                                  ffi::ResultBuffer<ffi::F32>& workspace, Decode&& decode) {
+  return run_call<BackwardFilterOp>(target, decode, [&](const BackwardFilterOp& op) {
+    const char* stage = "";
+    const cudaError_t e =
+        cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
+                                  filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
+    return cuda_error(e, stage);
+  });
+}
+
 ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                 ffi::ResultBuffer<ffi::F32> filter_grad,
                                 ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
-  return run_call<BackwardFilterOp>(
-      "winrs_backward_filter",
-      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); },
-      [&](const BackwardFilterOp& op) {
-        const char* stage = "";
-        const cudaError_t e =
-            cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
-                                      filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
-        return cuda_error(e, stage);
-      });
+  return backward_filter_on_gpu(
+      "winrs_backward_filter", stream, input, out_grad, filter_grad, workspace,
+      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); });
 }
 
 // A 3D layer read in place (launch.h, decode_depth_call): the kernels address X by depth slice.
 ffi::Error backward_filter_3d_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                    ffi::ResultBuffer<ffi::F32> filter_grad,
                                    ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
-  return run_call<BackwardFilterOp>(
-      "winrs_backward_filter_3d",
-      [&](BackwardFilterOp* op) {
+  return backward_filter_on_gpu(
+      "winrs_backward_filter_3d", stream, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
         return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
-      },
-      [&](const BackwardFilterOp& op) {
-        const char* stage = "";
-        const cudaError_t e =
-            cuda::run_backward_filter(op, input.untyped_data(), out_grad.untyped_data(),
-                                      filter_grad->typed_data(), workspace->typed_data(), stream, &stage);
-        return cuda_error(e, stage);
       });
 }
 

@@ -87,38 +87,36 @@ struct Pool {
   }
 };
 
+// Both WinRS targets: the operator that `decode` makes of the call, run by the CPU executor.
+template <typename Decode>
+ffi::Error backward_filter_on_cpu(const char* target, ffi::ThreadPool& pool, ffi::AnyBuffer& input,
+                                  ffi::AnyBuffer& out_grad, ffi::ResultBuffer<ffi::F32>& filter_grad,
+                                  ffi::ResultBuffer<ffi::F32>& workspace, Decode&& decode) {
+  return run_call<BackwardFilterOp>(target, decode, [&](const BackwardFilterOp& op) {
+    std::string error;
+    cpu::backward_filter(
+        op,
+        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
+        Pool{&pool, &error});
+    return error;
+  });
+}
+
 ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
                                PlanAttrs attrs) {
-  return run_call<BackwardFilterOp>(
-      "winrs_backward_filter",
-      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); },
-      [&](const BackwardFilterOp& op) {
-        std::string error;
-        cpu::backward_filter(op,
-                             {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
-                              workspace->typed_data()},
-                             Pool{&pool, &error});
-        return error;
-      });
+  return backward_filter_on_cpu(
+      "winrs_backward_filter", pool, input, out_grad, filter_grad, workspace,
+      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); });
 }
 
 // A 3D layer read in place (launch.h, decode_depth_call): the same executor, X addressed by depth slice.
 ffi::Error backward_filter_3d_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
                                   ffi::ResultBuffer<ffi::F32> filter_grad,
                                   ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
-  return run_call<BackwardFilterOp>(
-      "winrs_backward_filter_3d",
-      [&](BackwardFilterOp* op) {
+  return backward_filter_on_cpu(
+      "winrs_backward_filter_3d", pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
         return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
-      },
-      [&](const BackwardFilterOp& op) {
-        std::string error;
-        cpu::backward_filter(op,
-                             {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
-                              workspace->typed_data()},
-                             Pool{&pool, &error});
-        return error;
       });
 }
 

@@ -45,14 +45,21 @@ struct StackedBuffers {
   bool input_shared = false, grad_shared = false;
 };
 
+// That X and dY are stored as `path`'s storage type: an error message, empty if they are.
+inline std::string check_storage(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                                 Path path) {
+  if (input.element_type() != storage_dtype(path) || out_grad.element_type() != storage_dtype(path))
+    return std::string("input and output gradient must be stored as the element type of path ") +
+           path_info(path).name;
+  return {};
+}
+
 // Checks that X and dY are stored as `path`'s storage type and reads the stacking. Returns an error message,
 // empty on success.
 template <typename Ret>
 std::string decode_stacked(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
                            Ret& filter_grad, Path path, StackedBuffers* out) {
-  if (input.element_type() != storage_dtype(path) || out_grad.element_type() != storage_dtype(path))
-    return std::string("input and output gradient must be stored as the element type of path ") +
-           path_info(path).name;
+  if (std::string error = check_storage(input, out_grad, path); !error.empty()) return error;
   const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
   if (x.size() < 4 || x.size() != dy.size() || x.size() != dw.size())
     return "input, output gradient and filter gradient need rank 4 plus the same number of leading axes";
@@ -94,6 +101,14 @@ inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
   return {};
 }
 
+// That the workspace buffer holds the plan's workspace: an error message, empty if it does.
+template <typename Ret>
+std::string check_workspace(Ret& workspace, const BackwardFilterOp& op) {
+  if (int64_t(workspace->element_count()) != op.workspace_elems())
+    return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
+  return {};
+}
+
 // Buffers: input N x I_H x I_W x I_C and out_grad N x O_H x O_W x O_C in the path's storage type, filter_grad
 // O_C x F_H x F_W x I_C (float32), stacked as decode_stacked reads them, and a float32 workspace of
 // op->workspace_elems() (buckets and semaphores, plan.h). Returns an error message, empty on success.
@@ -115,9 +130,7 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   shapes.input_shared = b.input_shared;
   shapes.grad_shared = b.grad_shared;
   if (std::string error = make_backward_filter(shapes, options, op); !error.empty()) return error;
-  if (int64_t(workspace->element_count()) != op->workspace_elems())
-    return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
-  return {};
+  return check_workspace(workspace, *op);
 }
 
 // winrs_jax.Plan.ffi_attributes of a 3D layer read in place (the winrs_backward_filter_3d target): the plan's
@@ -140,10 +153,7 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   PlanOptions options;
   if (std::string error = decode_options(a.plan, &options); !error.empty()) return error;
-  if (input.element_type() != storage_dtype(options.path) ||
-      out_grad.element_type() != storage_dtype(options.path))
-    return std::string("input and output gradient must be stored as the element type of path ") +
-           path_info(options.path).name;
+  if (std::string error = check_storage(input, out_grad, options.path); !error.empty()) return error;
   const auto x = input.dimensions(), dy = out_grad.dimensions(), dw = filter_grad->dimensions();
   if (x.size() != 5 || dy.size() != 5 || dw.size() != 5)
     return "a 3D layer's input, output gradient and filter gradient need rank 5";
@@ -186,9 +196,7 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   op->depth =
       DepthView{int(a.in_depth),  int(a.out_depth),    int(a.depth_stride),       int(a.depth_dilation),
                 int(a.depth_pad), int(a.filter_depth), packed > 1 ? int(x[4]) : 0};
-  if (int64_t(workspace->element_count()) != op->workspace_elems())
-    return "workspace size does not match the plan's (buckets 1..B-1 and semaphores)";
-  return {};
+  return check_workspace(workspace, *op);
 }
 
 // One FFI call of `target`, the frame of every handler: decode(&op) says what is wrong with the call
