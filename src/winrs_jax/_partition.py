@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from winrs_jax import _ffi
-from winrs_jax.planner import Plan, PlannerOptions, plan_canonical, plan_grouped
+from winrs_jax.planner import Plan, PlannerOptions, plan_canonical, plan_depth_in_place, plan_grouped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +79,8 @@ def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.A
     taps, packing = depth.taps, depth.packing
     batch, in_hw, in_c, out_c = x.shape[0] * depth.out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
     problems = -(-taps // packing)
-    plan = plan_canonical(batch, in_hw, in_c * packing, out_c, layer.filter_hw, layer.pads, layer.path,
-                          layer.reference, layer.options, problems=problems)  # fmt: skip
+    plan = plan_depth_in_place(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
+                               layer.options, taps, packing)  # fmt: skip
     if not plan.supported:
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     if not plan.reads_depth_in_place:

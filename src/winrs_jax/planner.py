@@ -743,10 +743,12 @@ def _layer_plan(
         # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan. Layers
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packing = depth_packing(flat.channels[0], taps, flat.path)
-        shared = _depth_plan(flat, packing, taps, options)
+        shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
+                                     flat.reference, options, taps, packing)  # fmt: skip
         if packing > 1 and not shared.reads_depth_in_place:
             packing = 1
-            shared = _depth_plan(flat, packing, taps, options)
+            shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads,
+                                         flat.path, flat.reference, options, taps, packing)  # fmt: skip
         if shared.reads_depth_in_place:
             taps = -(-taps // packing)
             flat = dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
@@ -766,15 +768,18 @@ def _layer_plan(
 MAX_DEPTH_PROBLEMS = 65535
 
 
-def _depth_plan(flat: Plan, packing: int, taps: int, options: PlannerOptions) -> Plan:
-    """The plan of a 3D layer's 2D problem `flat` read in place with `packing` taps per problem, all problems in
-    one launch (the handler plans the same); not read in place beyond one launch's problems (the copies' launches
-    split them)."""
+def plan_depth_in_place(
+    batch: int, input_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
+    pads: tuple[int, int, int, int], path: str, reference: str, options: PlannerOptions, taps: int, packing: int,
+) -> Plan:  # fmt: skip
+    """The plan of the 2D problem of a 3D layer whose X the kernels read in place: `packing` of its `taps` depth
+    taps (of in_c channels each) per problem, all problems in one launch, as the winrs_backward_filter_3d handler
+    derives it. reads_depth_in_place is False where its kernels cannot, and beyond one launch's problems (the
+    copies' launches split them)."""
     problems = -(-taps // packing)
-    if problems > MAX_DEPTH_PROBLEMS:
-        return dataclasses.replace(flat, reads_depth_in_place=False)
-    return plan_canonical(flat.batch, flat.input_hw, flat.channels[0] * packing, flat.channels[1], flat.filter_hw,
-                          flat.pads, flat.path, flat.reference, options, problems=problems)  # fmt: skip
+    plan = plan_canonical(batch, input_hw, in_c * packing, out_c, filter_hw, pads, path, reference, options,
+                          problems=min(problems, MAX_DEPTH_PROBLEMS))  # fmt: skip
+    return plan if problems <= MAX_DEPTH_PROBLEMS else dataclasses.replace(plan, reads_depth_in_place=False)
 
 
 def depth_packing(in_c: int, taps: int, path: str) -> int:
