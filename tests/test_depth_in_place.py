@@ -203,3 +203,13 @@ def test_depth_taps_share_the_launch_waves(deterministic, rng):
     np.testing.assert_allclose(
         dw, expected, rtol=2.0**-8, atol=1e-5 * np.abs(expected).max()
     )  # bf16: eps / 2
+
+
+def test_batch_grouped_3d_layers_say_they_copy():
+    """A 3D layer grouped over the batch runs its depth taps as copies, then the batch groups in each (run_plan):
+    its plan neither reads X in place nor packs taps, and its printout says so."""
+    x = jax.ShapeDtypeStruct((4, 5, 6, 16, 16), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((3, 3, 3, 16, 16), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, (1, 1, 1), "SAME", dimension_numbers=NDHWC, batch_group_count=2)
+    assert plan.batch_groups == 2 and not plan.depth_in_place and plan.depth_packing == 1
+    assert "3 depth-shifted views of X" in str(plan)
