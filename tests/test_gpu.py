@@ -540,3 +540,44 @@ def test_three_d_layers_read_in_place_match_float64(layer, dtype, window, rng, m
     np.testing.assert_allclose(
         dw, expected, rtol=float(jnp.finfo(dtype).eps) / 2, atol=1e-5 * np.abs(expected).max()
     )
+
+
+# Strided layers whose X the filter-row tile reads in place (test_strides_in_place.CASES, at sizes that fill the
+# GPU): X staged by column phase by mma.sync, any row stride, 3D layers by depth slice too.
+STRIDED_LAYERS = [
+    ((4, 30, 34, 64), 64, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((2, 31, 29, 16), 32, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((2, 40, 24, 32), 16, (3, 6), (2, 2), ((2, 1), (1, 2))),
+    ((3, 33, 20, 64), 96, (3, 5), (3, 1), ((1, 1), (2, 2))),
+    ((4, 1, 1000, 64), 64, (1, 3), (1, 2), ((0, 0), (1, 1))),
+    ((1, 8, 16, 32, 32), 64, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
+    ((2, 6, 20, 28, 64), 128, (3, 3, 3), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
+    ((1, 9, 14, 18, 16), 16, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
+@pytest.mark.parametrize("layer", range(len(STRIDED_LAYERS)))
+def test_strided_layers_read_in_place_match_float64(layer, dtype, rng):
+    """The phase staging of the filter-row tile's stager and GEMM (cuda/direct_taps.cuh) against the float64
+    gradient of the same 16-bit inputs, dW rounded once to the filter's dtype."""
+    from test_strides_in_place import _case
+
+    x_shape, w_shape, dn, geometry = _case(STRIDED_LAYERS[layer])
+    x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(x, jnp.zeros(w_shape, dtype), **geometry,
+                                                          dimension_numbers=dn))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), dtype)
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, dtype), **geometry, dimension_numbers=dn)
+    assert plan.supported and not plan.phases, str(plan)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry,
+                                   dimension_numbers=dn))  # fmt: skip
+    x, dy = jax.device_put(x, _gpu()), jax.device_put(dy, _gpu())
+    dw = np.asarray(fn(x, dy).astype(np.float32), np.float64)
+    spatial = len(x_shape) - 2
+    expected = reference_general_filter_grad(x, dy, w_shape[:spatial], geometry["window_strides"],
+                                             geometry["padding"])  # fmt: skip
+    expected = np.moveaxis(expected, 0, -1)
+    np.testing.assert_allclose(
+        dw, expected, rtol=float(jnp.finfo(dtype).eps) / 2, atol=1e-5 * np.abs(expected).max()
+    )

@@ -116,9 +116,9 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
             wt.set(op, (size_t(i) * kUnitsPerStep + k) * kBlockOc + oc + l, tr[i].v[l]);
       }
 
-      // Input transform of the tile X[image, oh + fh - pad_top, w0 + f0 - pad_left .. + alpha) (of a 3D
-      // layer's depth slice, none in the depth padding; a packed layer's lanes are one tap's channels).
-      const int64_t x_row = oh + t.fh - p.pad_top, x_pixel = c.depth.x_channels(int(p.in_c));
+      // Input transform of the tile X[image, oh s_h + fh - pad_top, w0 s_w + f0 - pad_left .. + alpha) (of a
+      // 3D layer's depth slice, none in the depth padding; a packed layer's lanes are one tap's channels).
+      const int64_t x_row = oh * p.stride_h + t.fh - p.pad_top, x_pixel = c.depth.x_channels(int(p.in_c));
       for (int ic = 0; ic < nic; ic += kLanes) {
         const int channel = int(t.ic0) + ic;
         const int64_t x_image =
@@ -127,7 +127,7 @@ void run_tile(const TileContext& c, const Segment& seg, const WorkTile& t) {
         const int64_t row = (x_image * p.in_h + x_row) * p.in_w * x_pixel + c.depth.x_channel(channel);
         Vec x[alpha], tr[alpha];
         for (int e = 0; e < alpha; ++e) {
-          const int col = input_column(int(w0), t.f0, e, int(p.pad_left));
+          const int col = input_column(int(w0), t.f0, e, int(p.pad_left), int(p.stride_w));
           x[e] = x_image >= 0 && column_in_bounds(col, int(p.in_w))
                      ? load_lanes<S>(c.input, row + int64_t(col) * x_pixel, nic - ic)
                      : Vec(0.0);

@@ -9,6 +9,10 @@
 // staged for the step shifted by j rows. A step copies U units of dY and U + Taps - 1 positions of X by
 // cp.async (the halo's positions again at the next step); the GEMM shares each dY fragment among the taps.
 // The same alpha-slice accumulator layout as the Omega kernels (slice = tap) feeds the same output rounds.
+//
+// A column stride s (Stride, problem.h: strided layers read in place) stages X by phase: position c of the
+// walk holds X columns (w + c) s + q for q < s, phase q's rows in a block of their own, and tap j = q + s t
+// reads phase q from row t on: each phase is a stride-1 walk with ceil(Taps / s) taps (`reach`).
 #pragma once
 
 #include "cuda/gemm_mma.cuh"
@@ -18,7 +22,7 @@
 
 namespace winrs::cuda {
 
-template <Path P, int Taps, int Block = kNarrowBlock>
+template <Path P, int Taps, int Block = kNarrowBlock, int Stride = 1>
 struct TapsConfig {
   // The "transforms" of a tap tile: slice j holds filter column j as it is.
   struct Tile {
@@ -37,19 +41,23 @@ struct TapsConfig {
   using Smem = typename SmemType<operand>::T;
 
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
+  static constexpr int stride = Stride,
+                       reach = (Taps + Stride - 1) / Stride;  // X column stride, taps a phase
+  static_assert(Stride == 1 || (Block == kNarrowBlock && Stride <= kMaxTapsStride));
   static constexpr int BN = Block, BM = Block;
   static_assert(Block == kNarrowBlock || (Block == kWideBlock && kSixteenBit<operand>));
   static constexpr int blocks_per_sm = Block == kNarrowBlock ? 2 : 1;  // the wide block's 192 accumulators
   static constexpr int K = path_info(P).units_per_step;                // one MMA k-block
   static constexpr bool chunked = false, copy = true, tma = false;
   static constexpr int copy_substeps = 4, copy_stages = 3;
-  static constexpr int copy_units = copy_substeps * K;  // dY units per step
-  static constexpr int x_rows = copy_units + Taps - 1;  // X positions per step
-  // Shared memory per step: Gs[U][B_N + pad] (dY), then Ds[U + Taps - 1][B_M + pad] (X); rows padded by 16
-  // (16-bit) or 32 bytes for conflict-free ldmatrix and TF32 fragment loads, as the Omega kernels'.
+  static constexpr int copy_units = copy_substeps * K;   // dY units per step
+  static constexpr int x_rows = copy_units + reach - 1;  // X positions per step (of each phase)
+  // Shared memory per step: Gs[U][B_N + pad] (dY), then Ds[s][U + reach - 1][B_M + pad] (X, by phase); rows
+  // padded by 16 (16-bit) or 32 bytes for conflict-free ldmatrix and TF32 fragment loads, as the Omega
+  // kernels'.
   static constexpr int pad = 8, gs_stride = BN + pad, ds_stride = BM + pad;
   static constexpr int filter_stage = copy_units * gs_stride;
-  static constexpr int copy_step_elems = filter_stage + x_rows * ds_stride;
+  static constexpr int copy_step_elems = filter_stage + Stride * x_rows * ds_stride;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
 
   // Output rounds (Algorithm 3, lines 12-18) through the same memory: As[Taps][B_N / R][B_M + 4] floats.
@@ -57,9 +65,13 @@ struct TapsConfig {
   static constexpr int R = output_rounds(alpha, BN, out_stride, copy_bytes);
   static constexpr int round_rows = BN / R;
   static constexpr size_t smem_bytes = copy_bytes, smem_align = 16;
-  // Element offsets in a step of row d's piece at channel c of dY and of X (TapsStager).
+  // Element offsets in a step of row d's piece at channel c of dY and of X's phase q (TapsStager), and the X
+  // row of a step from which tap j reads.
   __device__ static constexpr int grad_offset(int d, int c) { return d * gs_stride + c; }
-  __device__ static constexpr int input_offset(int d, int c) { return filter_stage + d * ds_stride + c; }
+  __device__ static constexpr int input_offset(int d, int c, int q = 0) {
+    return filter_stage + (q * x_rows + d) * ds_stride + c;
+  }
+  static constexpr int tap_row(int j) { return j % Stride * x_rows + j / Stride; }
 };
 
 // Copies a step's dY units and X positions (see above): piece p = tid + 256 i is 16 bytes of row p / kPerUnit
@@ -71,7 +83,8 @@ struct TapsStager : StagingGeometry {
   using Smem = typename C::Smem;
   static constexpr int kElements = 16 / int(sizeof(T));
   static constexpr int kPerUnit = C::BN / kElements;
-  static constexpr int kGradPieces = C::copy_units * kPerUnit, kInputPieces = C::x_rows * kPerUnit;
+  static constexpr int kGradPieces = C::copy_units * kPerUnit,
+                       kInputPieces = C::x_rows * kPerUnit;  // a phase's
   static constexpr int kIterations = (kInputPieces + kThreads - 1) / kThreads;
   static_assert(C::BN == C::BM && kGradPieces % kThreads == 0 && sizeof(T) == sizeof(Smem));
 
@@ -80,7 +93,8 @@ struct TapsStager : StagingGeometry {
   int channel, first_row;  // this thread's channels within the block, its first row of a step
   int next_unit;           // the first position of the next step
   bool oc_valid, ic_valid;
-  int batch, rows, row_begin, w_begin, seg_w, positions;  // positions per row: seg_w + Taps - 1
+  int batch, rows, row_begin, w_begin, seg_w, positions;  // positions per row: seg_w + reach - 1
+  int row_stride;                                         // X rows per dY row (the column stride is C's)
   FastDivider by_positions, by_batch;
   // X's channel of this thread's pieces and X's channels per pixel (the problem's, but a packed 3D layer's).
   int x_channel, x_pixel;
@@ -102,7 +116,8 @@ struct TapsStager : StagingGeometry {
     x_channel = work.ic0 + channel;
     x_pixel = in_c;
     batch = w.batch, rows = w.rows, row_begin = w.row_begin, w_begin = w.w_begin, seg_w = w.units_per_row;
-    positions = seg_w + C::taps - 1;
+    positions = seg_w + C::reach - 1;
+    row_stride = int(p.stride_h);
     by_positions.init(positions);
     by_batch.init(batch);
     depth = nullptr;
@@ -130,18 +145,22 @@ struct TapsStager : StagingGeometry {
       const int line = by_positions.div(u), c = u - line * positions;  // line: image fastest, then dY row
       const int row = by_batch.div(line), image = line - row * batch;
       const bool valid = row < rows;
-      const int oh = row_begin + row, ow = w_begin + c, in_col = ow + col_offset;
+      const int oh = row_begin + row, ow = w_begin + c;
       if (i < kGradPieces / kThreads) {
         const bool ok = valid && c < seg_w && oc_valid;
         cp_async_16(stage + C::grad_offset(d, channel),
                     out_grad + (ok ? ((image * out_h + oh) * out_w + ow) * out_c + channel : 0), ok);
       }
-      // X's image: the walk's, or of a 3D layer's depth slice (none in the depth padding).
+      // X's image: the walk's, or of a 3D layer's depth slice (none in the depth padding); one piece a phase.
       const int x_image = depth ? int(depth->input_image(image0 + image, tap)) : image;
-      const bool ok = valid && x_image >= 0 && column_in_bounds(in_col, in_w) && ic_valid;
-      cp_async_16(
-          stage + C::input_offset(d, channel),
-          input + (ok ? ((x_image * in_h + oh + row_offset) * in_w + in_col) * x_pixel + x_channel : 0), ok);
+      const int in_row = oh * row_stride + row_offset;
+#pragma unroll
+      for (int q = 0; q < C::stride; ++q) {
+        const int in_col = ow * C::stride + q + col_offset;
+        const bool ok = valid && x_image >= 0 && column_in_bounds(in_col, in_w) && ic_valid;
+        cp_async_16(stage + C::input_offset(d, channel, q),
+                    input + (ok ? ((x_image * in_h + in_row) * in_w + in_col) * x_pixel + x_channel : 0), ok);
+      }
     }
     next_unit += C::copy_units;
   }
@@ -181,8 +200,8 @@ struct TapsGemm {
           for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] = 0.0f;
   }
 
-  // K-block `sub` of a step: dY rows sub K .. sub K + K - 1; tap j's X rows j rows further. Copy staging
-  // leaves FP32 words unrounded: TF32 rounds them at the fragment load, split TF32 splits them.
+  // K-block `sub` of a step: dY rows sub K .. sub K + K - 1; tap j's X rows tap_row(j) rows further. Copy
+  // staging leaves FP32 words unrounded: TF32 rounds them at the fragment load, split TF32 splits them.
   __device__ void run_step(const Smem* step, int sub) {
     const Smem* gs = step + sub * C::K * C::gs_stride;
     const Smem* ds = step + C::filter_stage + sub * C::K * C::ds_stride;
@@ -197,7 +216,7 @@ struct TapsGemm {
 #pragma unroll
         for (int ni = 0; ni < NI; ni += 2) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, ds + (l.b_k + j) * C::ds_stride + n0 + ni * 8 + l.b_n);
+          ldmatrix_x4_trans(b, ds + (l.b_k + C::tap_row(j)) * C::ds_stride + n0 + ni * 8 + l.b_n);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
             mma_16bit<C::operand>(acc[j][mi][ni], a[mi], b[0], b[1]);
@@ -215,7 +234,8 @@ struct TapsGemm {
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           uint32_t b_high[2], b_low[2];
-          load_tf32_b<C::ds_stride, split, true>(ds + j * C::ds_stride + n0 + ni * 8 + g, t, b_high, b_low);
+          load_tf32_b<C::ds_stride, split, true>(ds + C::tap_row(j) * C::ds_stride + n0 + ni * 8 + g, t,
+                                                 b_high, b_low);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi)
             mma_tf32_product<split>(acc[j][mi][ni], a_high[mi], a_low[mi], b_high, b_low);

@@ -414,6 +414,14 @@ bool runs_wgmma() {
 
 template <Path P, int Block>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
+  if (args.problem.stride_w != 1) {  // X staged by phase (direct_taps.cuh), by mma.sync (variants.h)
+    if constexpr (Block == kNarrowBlock && kSixteenBit<path_info(P).operand>) {
+      static_assert(kMaxTapsStride == 2);
+      if (args.problem.stride_w == 2)
+        return launch_config<TapsConfig<P, kDirectTaps, Block, 2>>(args, stream);
+    }
+    return cudaErrorInvalidValue;  // the planner plans no other (strided_taps)
+  }
   if constexpr (kSixteenBit<path_info(P).operand>) {
     using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
                                      WgmmaTapsConfig<P, kDirectTaps>>;
@@ -478,6 +486,7 @@ template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   const Problem& p = args.problem;
   const TileShape shape = tile_shape(0, P, p);
+  if (p.strided() && !strided_taps(P, p)) return cudaErrorInvalidValue;  // not planned (plan.cc)
   if constexpr (path_info(P).tensor_cores) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;

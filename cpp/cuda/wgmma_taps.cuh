@@ -31,6 +31,8 @@ struct WgmmaTapsConfig : WgmmaPath<P> {
   using typename WgmmaPath<P>::Smem;
 
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
+  static constexpr int stride = 1,
+                       reach = Taps;  // X's column stride (TapsStager): strided layers run TapsConfig
   static constexpr int BN = kNarrowBlock, BM = kNarrowBlock;
   static constexpr int blocks_per_sm = 2;
   static constexpr int K = 16;  // units per wgmma (k16)
@@ -65,7 +67,7 @@ struct WgmmaTapsConfig : WgmmaPath<P> {
   // Element offsets in a step of row d's 16-byte piece at channel c (a multiple of 8) of dY and of X
   // (TapsStager): 128-byte swizzle, piece ^ (d % 8); 64-byte swizzle, piece ^ (d / 2 % 4).
   __device__ static constexpr int grad_offset(int d, int c) { return d * grad_row + ((c / 8) ^ (d % 8)) * 8; }
-  __device__ static constexpr int input_offset(int d, int c) {
+  __device__ static constexpr int input_offset(int d, int c, int /*phase: stride 1*/ = 0) {
     const int half = c / half_channels, piece = c % half_channels / 8;
     return grad_elems + half * half_elems + d * half_channels + (piece ^ (d / 2 % 4)) * 8;
   }

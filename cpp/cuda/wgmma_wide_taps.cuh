@@ -31,6 +31,8 @@ struct WgmmaWideTapsConfig : WgmmaPath<P> {
   using typename WgmmaPath<P>::Smem;
 
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
+  static constexpr int stride = 1,
+                       reach = Taps;  // X's column stride (TapsStager): strided layers run TapsConfig
   static constexpr int BN = kWideBlock, BM = kWideBlock;
   static constexpr int blocks_per_sm = 1;
   static constexpr int K = 16;  // units per wgmma (k16)
@@ -63,7 +65,7 @@ struct WgmmaWideTapsConfig : WgmmaPath<P> {
   __device__ static constexpr int grad_offset(int d, int c) {
     return c / panel_channels * grad_panel_elems + swizzled(d, c);
   }
-  __device__ static constexpr int input_offset(int d, int c) {
+  __device__ static constexpr int input_offset(int d, int c, int /*phase: stride 1*/ = 0) {
     return grad_elems + c / panel_channels * x_panel_elems + swizzled(d, c);
   }
 };

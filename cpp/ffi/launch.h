@@ -17,6 +17,7 @@ namespace winrs::ffi_glue {
 // winrs_jax.Plan.ffi_attributes in Python.
 struct PlanAttrs {
   int64_t pad_top, pad_bottom, pad_left, pad_right;
+  int64_t stride_h, stride_w;  // read in place by the direct kernel's filter-row tile only (problem.h)
   int64_t path;                // winrs::Path
   int64_t reference;           // winrs::Path whose accuracy the kernels must keep
   int64_t sm_count;            // the planner's target GPU
@@ -90,6 +91,8 @@ inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
   for (int64_t v : {a.variant0, a.variant1})
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
   if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
+  if (a.stride_h < 1 || a.stride_h > kIntMax || a.stride_w < 1 || a.stride_w > kIntMax)
+    return "strides must be positive";
   options->path = static_cast<Path>(a.path);
   options->reference = static_cast<Path>(a.reference);
   options->sm_count = int(a.sm_count);
@@ -126,6 +129,8 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   std::copy_n(b.filter_grad, 4, shapes.filter_grad);
   const int64_t pads[4] = {a.pad_top, a.pad_bottom, a.pad_left, a.pad_right};
   std::copy_n(pads, 4, shapes.pads);
+  shapes.strides[0] = a.stride_h;
+  shapes.strides[1] = a.stride_w;
   shapes.groups = b.count;
   shapes.input_shared = b.input_shared;
   shapes.grad_shared = b.grad_shared;
@@ -186,6 +191,7 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
                 {dy[0] * dy[1], dy[2], dy[3], dy[4]},
                 {dw[1], dw[2], dw[3], dw[4]},
                 {a.plan.pad_top, a.plan.pad_bottom, a.plan.pad_left, a.plan.pad_right},
+                {a.plan.stride_h, a.plan.stride_w},
                 dw[0],
                 true,
                 true};
@@ -224,6 +230,7 @@ xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcep
 #define WINRS_PLAN_ATTR_MEMBERS                                                                      \
   ::xla::ffi::StructMember<int64_t>("pad_top"), ::xla::ffi::StructMember<int64_t>("pad_bottom"),     \
       ::xla::ffi::StructMember<int64_t>("pad_left"), ::xla::ffi::StructMember<int64_t>("pad_right"), \
+      ::xla::ffi::StructMember<int64_t>("stride_h"), ::xla::ffi::StructMember<int64_t>("stride_w"),  \
       ::xla::ffi::StructMember<int64_t>("path"), ::xla::ffi::StructMember<int64_t>("reference"),     \
       ::xla::ffi::StructMember<int64_t>("sm_count"), ::xla::ffi::StructMember<int64_t>("segments"),  \
       ::xla::ffi::StructMember<int64_t>("buckets"), ::xla::ffi::StructMember<int64_t>("variant0"),   \

@@ -147,13 +147,14 @@ NB_MODULE(_winrs, m) {
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
          int64_t pad_right, int path, int reference, int sm_count, int segments, int buckets, int variant0,
-         int variant1, bool atomic, int problems) {
+         int variant1, bool atomic, int problems, int64_t stride_h, int64_t stride_w) {
         if (!winrs::valid_path(path) || !winrs::valid_path(reference))
           throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
                              {batch, out_h, out_w, out_c},
                              {out_c, filter_h, filter_w, in_c},
-                             {pad_top, pad_bottom, pad_left, pad_right}};
+                             {pad_top, pad_bottom, pad_left, pad_right},
+                             {stride_h, stride_w}};
         winrs::BackwardFilterOp op;
         const std::string error = winrs::make_backward_filter(
             shapes,
@@ -191,7 +192,7 @@ NB_MODULE(_winrs, m) {
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
       nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1,
-      nb::arg("atomic") = false, nb::arg("problems") = 1);
+      nb::arg("atomic") = false, nb::arg("problems") = 1, nb::arg("stride_h") = 1, nb::arg("stride_w") = 1);
 
   // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
   m.def(

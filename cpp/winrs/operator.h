@@ -27,10 +27,11 @@ struct BackwardFilterOp {
 };
 
 struct Shapes {
-  int64_t input[4];        // N x I_H x I_W x I_C
-  int64_t out_grad[4];     // N x O_H x O_W x O_C
-  int64_t filter_grad[4];  // O_C x F_H x F_W x I_C
-  int64_t pads[4];         // top, bottom, left, right
+  int64_t input[4];             // N x I_H x I_W x I_C
+  int64_t out_grad[4];          // N x O_H x O_W x O_C
+  int64_t filter_grad[4];       // O_C x F_H x F_W x I_C
+  int64_t pads[4];              // top, bottom, left, right
+  int64_t strides[2] = {1, 1};  // rows, columns (problem.h: the filter-row tile only)
   int64_t groups = 1;
   bool input_shared = false, grad_shared = false;  // one X (dY) for every stacked problem
 };

@@ -199,10 +199,13 @@ std::string validate_problem(const Problem& p) {
   for (int64_t d : dims)
     if (d <= 0) return "all dimensions must be positive";
   if (p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) return "padding must be >= 0";
-  if (p.out_h != p.in_h + p.pad_top + p.pad_bottom - p.filter_h + 1)
-    return "output-gradient height does not match input height, padding and filter height";
-  if (p.out_w != p.in_w + p.pad_left + p.pad_right - p.filter_w + 1)
-    return "output-gradient width does not match input width, padding and filter width";
+  if (p.stride_h < 1 || p.stride_w < 1) return "strides must be >= 1";
+  const int64_t span_h = p.in_h + p.pad_top + p.pad_bottom - p.filter_h,
+                span_w = p.in_w + p.pad_left + p.pad_right - p.filter_w;
+  if (span_h < 0 || p.out_h != span_h / p.stride_h + 1)
+    return "output-gradient height does not match input height, padding, filter height and stride";
+  if (span_w < 0 || p.out_w != span_w / p.stride_w + 1)
+    return "output-gradient width does not match input width, padding, filter width and stride";
   const int64_t int32_max = std::numeric_limits<int32_t>::max();
   if (p.input_elems() > int32_max || p.grad_elems() > int32_max || p.filter_elems() > int32_max)
     return "tensors of 2^31 or more elements are not supported";
@@ -310,12 +313,24 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
     plan.reason = "the SM count must be positive";
     return plan;
   }
-  if (!has_winograd_divisor(p.filter_w)) {
+  if (p.strided() && !strided_taps(options.path, p)) {
+    plan.reason = "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
+                  ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
+                  "stride 1 or 2, channels in 16-byte pieces and at most 64 on one side";
+    return plan;
+  }
+  if (!p.strided() && !has_winograd_divisor(p.filter_w)) {
     plan.reason = "filter width " + std::to_string(p.filter_w) + " has no divisor in 2..9";
     return plan;
   }
   KernelPair pair;
-  if (options.variant0 >= 0 || options.variant1 >= 0) {  // forced (tests, tuning): no accuracy budget
+  if (p.strided()) {  // the direct kernel's filter-row tile, over the whole width
+    if (options.variant0 > 0 || options.variant1 > 0) {
+      plan.reason = "a strided problem runs the direct kernel (variant 0) only";
+      return plan;
+    }
+    pair = KernelPair{0, 0, p.out_w};
+  } else if (options.variant0 >= 0 || options.variant1 >= 0) {  // forced (tests, tuning): no accuracy budget
     const int v0 = options.variant0, v1 = options.variant1 >= 0 ? options.variant1 : options.variant0;
     if (v0 < 0 || v0 >= kNumVariants || v1 >= kNumVariants) {
       plan.reason = "forced kernel variant index out of range";

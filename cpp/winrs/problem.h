@@ -1,5 +1,7 @@
 // Shape of one 2D backward-filter convolution in the canonical layout the kernels use:
-// X: N x I_H x I_W x I_C, dY: N x O_H x O_W x O_C, dW: O_C x F_H x F_W x I_C (paper Table 1), stride 1.
+// X: N x I_H x I_W x I_C, dY: N x O_H x O_W x O_C, dW: O_C x F_H x F_W x I_C (paper Table 1). Strides other
+// than 1 only where the plan runs the direct kernel's filter-row tile, which reads X at oh s_h + fh -
+// pad_top, ow s_w + fw - pad_left (DWM's pieces on copies otherwise, in winrs_jax's planner).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,9 @@ struct Problem {
   int64_t out_h, out_w, out_c;
   int64_t filter_h, filter_w;
   int64_t pad_top, pad_bottom, pad_left, pad_right;
+  int64_t stride_h = 1, stride_w = 1;
+
+  WINRS_HD constexpr bool strided() const { return stride_h != 1 || stride_w != 1; }
 
   WINRS_HD int64_t input_elems() const { return batch * in_h * in_w * in_c; }
   WINRS_HD int64_t grad_elems() const { return batch * out_h * out_w * out_c; }

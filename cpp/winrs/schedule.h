@@ -95,7 +95,7 @@ struct UnitWalk {
 };
 
 WINRS_HD inline UnitWalk make_unit_walk(const Problem& p, const Segment& seg, int fh, int r) {
-  const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, int(p.pad_top), int(p.in_h));
+  const RowRange rows = clip_rows(seg.h_begin, seg.h_end, fh, int(p.pad_top), int(p.in_h), int(p.stride_h));
   return UnitWalk{seg.image_end - seg.image_begin,
                   rows.begin,
                   rows.end - rows.begin,

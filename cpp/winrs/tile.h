@@ -211,22 +211,29 @@ static_assert(!TileMath<1>::kFilterOneRounding && TileMath<1>::kInputOneRounding
 static_assert(!TileMath<3>::kFilterOneRounding && !TileMath<3>::kInputOneRounding);
 
 // Output-gradient rows of a segment that meet real input rows for filter row fh (Figure 7): rows oh with
-// 0 <= oh + fh - pad_top < in_h. Rows outside only multiply the height zero padding and are skipped.
+// 0 <= oh stride + fh - pad_top < in_h. Rows outside only multiply the height zero padding and are skipped.
 struct RowRange {
   int begin, end;
 };
 
-WINRS_HD inline RowRange clip_rows(int seg_begin, int seg_end, int fh, int pad_top, int in_h) {
-  int begin = pad_top - fh;
-  int end = in_h + pad_top - fh;
+// ceil(a / b) for b > 0 and a of either sign.
+WINRS_HD inline int ceil_div_signed(int a, int b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+WINRS_HD inline RowRange clip_rows(int seg_begin, int seg_end, int fh, int pad_top, int in_h,
+                                   int stride = 1) {
+  int begin = ceil_div_signed(pad_top - fh, stride);
+  int end = ceil_div_signed(in_h + pad_top - fh, stride);
   begin = begin > seg_begin ? begin : seg_begin;
   end = end < seg_end ? end : seg_end;
   return {begin, end > begin ? end : begin};
 }
 
 // Input column of tile element t for the unit starting at output-gradient column w0 and the filter-gradient
-// tile starting at column f0; negative or >= in_w means width padding, read as zero.
-WINRS_HD inline int input_column(int w0, int f0, int t, int pad_left) { return w0 + f0 + t - pad_left; }
+// tile starting at column f0; negative or >= in_w means width padding, read as zero. A stride other than 1
+// only with the direct kernel (one element per tile).
+WINRS_HD inline int input_column(int w0, int f0, int t, int pad_left, int stride = 1) {
+  return w0 * stride + f0 + t - pad_left;
+}
 
 // One unsigned comparison: a negative column wraps past any width.
 WINRS_HD inline bool column_in_bounds(int col, int in_w) { return unsigned(col) < unsigned(in_w); }

@@ -164,7 +164,7 @@ inline constexpr int kWideBlock = 128;
 inline constexpr long long kWideMaxOneTapTiles = 16, kWideMinWidth = 28, kWidePiece = 64,
                            kWideTiles = 2 * 132;
 constexpr bool wide_taps(int variant, Path path, const Problem& p) {
-  if (variant != 0 || storage_bytes(path) != 2 || !path_info(path).tensor_cores) return false;
+  if (p.strided() || variant != 0 || storage_bytes(path) != 2 || !path_info(path).tensor_cores) return false;
   if (p.filter_w % kDirectTaps != 0 || p.out_c % 8 != 0 || p.in_c % 8 != 0) return false;
   if (p.out_c <= kNarrowBlock || p.in_c <= kNarrowBlock || p.out_w < kWideMinWidth) return false;
   const long long blocks = (p.out_c + kWideBlock - 1) / kWideBlock * ((p.in_c + kWideBlock - 1) / kWideBlock);
@@ -180,8 +180,18 @@ constexpr bool wide_taps(int variant, Path path, const Problem& p) {
 // instead, a block per filter row (the plan's semaphores count those; cuda/omega_kernel.cuh, launch_window).
 inline constexpr int kWindowRows = 3;
 constexpr bool window_taps(int variant, Path path, const Problem& p) {
-  return direct_taps(variant, path, p.filter_w, p.out_c, p.in_c) && storage_bytes(path) == 2 &&
-         p.filter_h >= kWindowRows;
+  return !p.strided() && direct_taps(variant, path, p.filter_w, p.out_c, p.in_c) &&
+         storage_bytes(path) == 2 && p.filter_h >= kWindowRows;
+}
+
+// Strides read in place (winrs_jax's planner splits other strided layers into DWM's stride-1 pieces on
+// copies): the 64 x 64 filter-row tile in 16 bits (cuda/direct_taps.cuh, TapsStager), any row stride, column
+// stride 1 or 2 (kMaxTapsStride: X's columns staged by phase, tap j of a step reading phase j % s from row
+// j / s; on Hopper by mma.sync, as the wgmma tile's overlapping panels need a one-row shift per tap).
+inline constexpr int kMaxTapsStride = 2;
+constexpr bool strided_taps(Path path, const Problem& p) {
+  return storage_bytes(path) == 2 && p.stride_w <= kMaxTapsStride &&
+         direct_taps(0, path, p.filter_w, p.out_c, p.in_c);
 }
 
 // The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M), the

@@ -80,7 +80,7 @@ def _local_depth_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.A
     batch, in_hw, in_c, out_c = x.shape[0] * depth.out_depth, tuple(x.shape[2:4]), x.shape[4], dy.shape[4]
     problems = -(-taps // packing)
     plan = plan_depth_in_place(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
-                               layer.options, taps, packing)  # fmt: skip
+                               layer.options, taps, packing, layer.strides)  # fmt: skip
     if not plan.supported:
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
     if not plan.reads_depth_in_place:
@@ -113,7 +113,7 @@ def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
         target, dw_shape = _ffi.GROUPED_TARGET, (out_c, *layer.filter_hw, in_c // layer.groups)
     else:
         plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
-                              layer.options)  # fmt: skip
+                              layer.options, strides=layer.strides)  # fmt: skip
         target, dw_shape = _ffi.TARGET, plan.filter_shape_ohwi
     if not plan.supported:  # shapes were validated for the whole problem; a shard cannot make them invalid
         raise ValueError(f"WinRS cannot run this shard: {plan.reason}")
@@ -284,7 +284,7 @@ def run_plan(
     if plan.phases:
         return _strided(x, dy, plan, options, stack)
     return filter_grad(x, dy, Layer(plan.filter_hw, plan.pads, plan.path, plan.reference, options, stack,
-                                    unit_height_major=one_d))  # fmt: skip
+                                    strides=plan.strides, unit_height_major=one_d))  # fmt: skip
 
 
 def depth_views(x: jax.Array, dy: jax.Array, depth: DepthGeometry, stack: int) -> tuple[jax.Array, jax.Array]:
@@ -313,9 +313,9 @@ def _depth_taps(x: jax.Array, dy: jax.Array, plan: Plan, options: PlannerOptions
     depth = DepthGeometry.of(plan)
     flat = dataclasses.replace(plan, depth=(0, 0, 0), depth_pads=(0, 0), depth_stride=1, depth_dilation=1)
     if plan.depth_in_place and stack == 0:
-        dw = filter_grad(
-            x, dy, Layer(flat.filter_hw, flat.pads, flat.path, flat.reference, options, depth=depth)
-        )
+        layer = Layer(flat.filter_hw, flat.pads, flat.path, flat.reference, options, strides=flat.strides,
+                      depth=depth)  # fmt: skip
+        dw = filter_grad(x, dy, layer)
         return jax.numpy.moveaxis(dw, 0, 1)  # K x FD x FH x FW x C
     views, dy = depth_views(x, dy, depth, stack)
     stacked = tuple(np.broadcast_shapes(views.shape[: stack + 1], dy.shape[: stack + 1]))

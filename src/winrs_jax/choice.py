@@ -549,6 +549,9 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             # A 3D layer whose X the kernels read by depth slice (before, from copies: older keys kept).
             **({"depth_in_place": True} if plan.depth_in_place else {}),
             **({"depth_packing": plan.depth_packing} if plan.depth_packing > 1 else {}),
+            # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
+            **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
+               else {}),
         ),
         sort_keys=True,
     )  # fmt: skip

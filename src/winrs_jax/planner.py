@@ -330,10 +330,10 @@ class Plan:
                 atomic=int(self.atomic),
             )  # fmt: skip
         return dict(
-            pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, path=PATHS.index(self.path),
-            reference=PATHS.index(self.reference), sm_count=self.sm_count, segments=self.forced_segments,
-            buckets=self.forced_buckets, variant0=self.forced_kernels[0], variant1=self.forced_kernels[1],
-            atomic=int(self.atomic),
+            pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right, stride_h=self.strides[0],
+            stride_w=self.strides[1], path=PATHS.index(self.path), reference=PATHS.index(self.reference),
+            sm_count=self.sm_count, segments=self.forced_segments, buckets=self.forced_buckets,
+            variant0=self.forced_kernels[0], variant1=self.forced_kernels[1], atomic=int(self.atomic),
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -368,7 +368,7 @@ class Plan:
             return self._phases_text()
         kernels = self.kernels
         lines = [
-            *self._head(""),
+            *self._head(f" strides {self.strides} (read in place)" if self.strides != (1, 1) else ""),
             f"  arithmetic {self.path}: {PATH_DESCRIPTIONS[self.path]}; kernels as accurate as XLA's "
             f"{self.reference} arithmetic (MARE <= {ACCURACY_BUDGET[self.reference][0]:.1e}, error on zero-mean "
             f"data <= {ACCURACY_BUDGET[self.reference][1]:.1e})",
@@ -744,11 +744,11 @@ def _layer_plan(
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packing = depth_packing(flat.channels[0], taps, flat.path)
         shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
-                                     flat.reference, options, taps, packing)  # fmt: skip
+                                     flat.reference, options, taps, packing, flat.strides)  # fmt: skip
         if packing > 1 and not shared.reads_depth_in_place:
             packing = 1
             shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads,
-                                         flat.path, flat.reference, options, taps, packing)  # fmt: skip
+                                         flat.path, flat.reference, options, taps, packing, flat.strides)  # fmt: skip
         if shared.reads_depth_in_place:
             taps = -(-taps // packing)
             flat = dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
@@ -771,6 +771,7 @@ MAX_DEPTH_PROBLEMS = 65535
 def plan_depth_in_place(
     batch: int, input_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int],
     pads: tuple[int, int, int, int], path: str, reference: str, options: PlannerOptions, taps: int, packing: int,
+    strides: tuple[int, int] = (1, 1),
 ) -> Plan:  # fmt: skip
     """The plan of the 2D problem of a 3D layer whose X the kernels read in place: `packing` of its `taps` depth
     taps (of in_c channels each) per problem, all problems in one launch, as the winrs_backward_filter_3d handler
@@ -778,7 +779,7 @@ def plan_depth_in_place(
     copies' launches split them)."""
     problems = -(-taps // packing)
     plan = plan_canonical(batch, input_hw, in_c * packing, out_c, filter_hw, pads, path, reference, options,
-                          problems=min(problems, MAX_DEPTH_PROBLEMS))  # fmt: skip
+                          problems=min(problems, MAX_DEPTH_PROBLEMS), strides=strides)  # fmt: skip
     return plan if problems <= MAX_DEPTH_PROBLEMS else dataclasses.replace(plan, reads_depth_in_place=False)
 
 
@@ -808,25 +809,14 @@ def _plan_2d(
     if dilation != [1, 1]:
         return _dilated_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(dilation), paths,
                              reference, options)  # fmt: skip
-    if strides != [1, 1]:
-        return _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(strides), paths,
-                             reference, options)  # fmt: skip
-    plans = [
-        plan_canonical(
-            batch,
-            (in_hw[0], in_hw[1]),
-            in_c,
-            out_c,
-            (filter_hw[0], filter_hw[1]),
-            pads_flat,
-            path,
-            reference,
-            options,
-        )
-        for path in paths
-    ]
+    plans = [plan_canonical(batch, (in_hw[0], in_hw[1]), in_c, out_c, (filter_hw[0], filter_hw[1]), pads_flat,
+                            path, reference, options, strides=(strides[0], strides[1]))
+             for path in paths]  # fmt: skip
     supported = [p for p in plans if p.supported]
     best = min(supported, key=lambda p: p.predicted_seconds) if supported else plans[0]
+    if strides != [1, 1] and not supported:  # strides the kernels do not read in place: DWM's pieces
+        return _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, tuple(strides), paths,
+                             reference, options)  # fmt: skip
     if not best.supported and filter_hw[1] > 1:  # a width without kernels: split it into pieces
         pieces = _strided_plan(batch, tuple(in_hw), in_c, out_c, tuple(filter_hw), pads_flat, (1, 1), paths,
                                reference, options)  # fmt: skip
@@ -1053,15 +1043,18 @@ def plan_canonical(
     reference: str,
     options: PlannerOptions | None = None,
     problems: int = 1,
+    strides: tuple[int, int] = (1, 1),
 ) -> Plan:
-    """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), stride 1, no groups, on one
-    arithmetic path, with the kernels as accurate as the reference arithmetic. Cached: a layer is planned once
-    per shape, also when each shard plans its own part. `problems`: a 3D layer's filter depth taps read in place,
-    which share the launch (the handler counts them the same way)."""
+    """The plan of a 2D problem in the kernels' layout (X: N x H x W x C), no groups, on one arithmetic path, with
+    the kernels as accurate as the reference arithmetic. Cached: a layer is planned once per shape, also when each
+    shard plans its own part. `problems`: a 3D layer's filter depth taps read in place, which share the launch
+    (the handler counts them the same way). `strides` other than 1: only where the direct kernel's filter-row
+    tile reads them in place (cpp/winrs/variants.h, strided_taps), else unsupported (the caller splits the layer
+    into DWM's stride-1 pieces)."""
     options = options or PlannerOptions()
     atomic = not deterministic_sum(options.deterministic)
     return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic,
-                           problems)  # fmt: skip
+                           problems, (int(strides[0]), int(strides[1])))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1077,9 +1070,11 @@ def _plan_canonical(
     options: PlannerOptions,
     atomic: bool,
     problems: int = 1,
+    strides: tuple[int, int] = (1, 1),
 ) -> Plan:
     top, bottom, left, right = pads
-    out_hw = (input_hw[0] + top + bottom - filter_hw[0] + 1, input_hw[1] + left + right - filter_hw[1] + 1)
+    out_hw = ((input_hw[0] + top + bottom - filter_hw[0]) // strides[0] + 1,
+              (input_hw[1] + left + right - filter_hw[1]) // strides[1] + 1)  # fmt: skip
     sm_count = options.sm_count or default_sm_count()
     forced_segments = options.segments or 0
     forced_buckets = options.buckets or 0
@@ -1089,7 +1084,7 @@ def _plan_canonical(
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
         path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
         buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1], atomic=atomic,
-        problems=problems,
+        problems=problems, stride_h=strides[0], stride_w=strides[1],
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
@@ -1124,4 +1119,5 @@ def _plan_canonical(
         predicted_seconds=raw["predicted_seconds"],
         work_tile=tuple(raw["work_tile"]),
         reads_depth_in_place=raw["reads_depth_in_place"],
+        strides=strides,
     )

@@ -1,0 +1,135 @@
+"""Strided layers whose X the 16-bit direct kernel's filter-row tile reads in place (cpp/winrs/variants.h,
+strided_taps; cpp/cuda/direct_taps.cuh stages X's columns by phase): one FFI call on X and dY as they are, no
+stride-1 pieces on copies of X[p::s, q::s]. Other strided layers keep DWM's pieces."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import reference_general_filter_grad
+from jax import lax
+
+import winrs_jax
+from winrs_jax import _ffi
+from winrs_jax.planner import PATHS, plan_canonical
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+NDHWC = ("NDHWC", "DHWIO", "NDHWC")
+
+# x shape, output channels, filter, strides, padding: ResNet's 3x3 stride 2 (even and odd maps), stride 2 in
+# columns only and in rows only, row strides 3 and 4 (any row stride reads in place), one-sided and uneven
+# padding, a 6- and a 5-wide filter (two column tiles, the second past the filter), a 1D layer, and 3D layers
+# strided in all three axes (16 channels: taps packed into the channels) or in height and width only.
+CASES = [
+    ((2, 10, 12, 32), 64, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((2, 9, 11, 16), 16, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((2, 9, 11, 16), 32, (3, 3), (1, 2), ((1, 0), (0, 1))),
+    ((1, 13, 9, 64), 24, (3, 3), (2, 1), ((1, 1), (1, 1))),
+    ((2, 14, 10, 16), 16, (3, 3), (3, 2), ((2, 0), (1, 1))),
+    ((1, 17, 8, 32), 16, (5, 3), (4, 1), ((2, 2), (1, 1))),
+    ((2, 8, 16, 32), 16, (3, 6), (2, 2), ((2, 1), (1, 2))),
+    ((1, 9, 17, 16), 48, (3, 5), (2, 2), ((1, 1), (2, 2))),
+    ((3, 1, 40, 64), 32, (1, 3), (1, 2), ((0, 0), (1, 1))),
+    ((1, 7, 10, 12, 16), 32, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
+    ((2, 5, 8, 9, 64), 64, (3, 3, 3), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
+]
+IDS = ["3x3-s2", "odd-map-s2", "columns-s2", "rows-s2", "rows-s3-one-sided", "rows-s4-5x3", "3x6-s2", "3x5-s2",
+       "1d-s2", "3d-s2-packed", "3d-hw-s2"]  # fmt: skip
+
+
+def _case(case):
+    x_shape, k, window, strides, padding = case
+    dn = NDHWC if len(x_shape) == 5 else NHWC
+    w_shape = (*window, x_shape[-1], k)
+    if x_shape[1] == 1 and len(window) == 2 and window[0] == 1:  # the 1D layer
+        x_shape, w_shape, dn = (x_shape[0], x_shape[2], x_shape[3]), w_shape[1:], ("NWC", "WIO", "NWC")
+        window, strides, padding = window[1:], strides[1:], padding[1:]
+    return x_shape, w_shape, dn, dict(window_strides=strides, padding=padding)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_16bit_strided_layers_read_x_in_place(case, dtype, rng):
+    """One call, no strided pieces, and the float64 filter gradient of the same 16-bit inputs: exact products
+    summed in FP32, dW rounded once to the filter's dtype (half its eps, relative)."""
+    x_shape, w_shape, dn, geometry = _case(case)
+    x = jnp.asarray(rng.standard_normal(x_shape), dtype)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(x, jnp.zeros(w_shape, dtype), **geometry,
+                                                          dimension_numbers=dn))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), dtype)
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, dtype), **geometry, dimension_numbers=dn)
+    assert plan.supported and not plan.phases and plan.variant0 == 0, str(plan)
+    assert "(read in place)" in str(plan)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry,
+                                   dimension_numbers=dn))  # fmt: skip
+    text = fn.lower(x, dy).as_text()
+    assert text.count(f"@{_ffi.TARGET}(") + text.count(f"@{_ffi.DEPTH_TARGET}(") == 1, text
+    dw = fn(x, dy)
+    assert dw.dtype == dtype
+    dw = np.asarray(dw, np.float64)
+    spatial = len(x_shape) - 2
+    expected = reference_general_filter_grad(x, dy, w_shape[:spatial], geometry["window_strides"],
+                                             geometry["padding"])  # fmt: skip
+    expected = np.moveaxis(expected, 0, -1)
+    np.testing.assert_allclose(
+        dw, expected, rtol=float(jnp.finfo(dtype).eps) / 2, atol=1e-5 * np.abs(expected).max()
+    )
+
+
+@pytest.mark.parametrize(
+    "x_shape, k, window, strides, dtype, why",
+    [
+        ((2, 12, 12, 128), 128, 3, (2, 2), jnp.bfloat16, "at most 64 on one side"),
+        ((2, 12, 12, 32), 32, 6, (3, 3), jnp.bfloat16, "column stride 1 or 2"),
+        ((2, 12, 12, 32), 32, 3, (2, 2), jnp.float32, "16-bit types"),
+    ],
+    ids=["128-channels", "column-stride-3", "float32"],
+)
+def test_other_strided_layers_keep_the_stride_1_pieces(x_shape, k, window, strides, dtype, why):
+    """Where the filter-row tile does not run, the layer splits into DWM's pieces, as before, and the plan of the
+    whole problem says why (the canonical plan with the strides is unsupported)."""
+    x = jax.ShapeDtypeStruct(x_shape, dtype)
+    w = jax.ShapeDtypeStruct((window, window, x_shape[-1], k), dtype)
+    plan = winrs_jax.plan(x, w, strides, ((1, 1), (1, 1)), dimension_numbers=NHWC)
+    assert plan.supported and plan.phases, str(plan)
+    path = "bf16" if dtype == jnp.bfloat16 else "fp32"
+    whole = plan_canonical(x_shape[0], x_shape[1:3], x_shape[3], k, (window, window), (1, 1, 1, 1), path, path,
+                           strides=strides)  # fmt: skip
+    assert not whole.supported and why in whole.reason
+
+
+def _handler_call(strides, in_c=32, k=32, path="bf16", variant0=-1):
+    x = jnp.ones((2, 9, 9, in_c), jnp.bfloat16)
+    out_hw = tuple((9 + 2 - 3) // max(s, 1) + 1 for s in strides)
+    dy = jnp.ones((2, *out_hw, k), jnp.bfloat16)
+    plan = plan_canonical(2, (9, 9), in_c, k, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
+    attributes = dict(plan.ffi_attributes(), stride_h=strides[0], stride_w=strides[1], path=PATHS.index(path),
+                      variant0=variant0)  # fmt: skip
+    return _ffi.backward_filter_call(x, dy, (), (k, 3, 3, in_c), 0, attributes)
+
+
+def test_handler_reads_strides_from_its_attributes():
+    """All-ones X and dY, stride 2, padding 1 on a 9 x 9 map (5 x 5 dY): the centre tap meets X's 5 x 5 even
+    positions, tap 0 of an axis X's odd ones from -1 (4 inside), tap 2 from 1 to 9 (4 inside: 9 is padding)."""
+    dw = np.asarray(_handler_call((2, 2)), np.float64)
+    assert dw[0, 1, 1, 0] == 2 * 25 and dw[0, 0, 0, 0] == 2 * 16 and dw[0, 0, 1, 0] == 2 * 20
+    assert dw[0, 2, 2, 0] == 2 * 16 and dw[0, 2, 1, 0] == 2 * 20
+    # A column stride of 1: tap 0 meets columns -1 .. 7 (8 inside), tap 1 all 9.
+    rows = np.asarray(_handler_call((2, 1)), np.float64)
+    assert rows[0, 1, 1, 0] == 2 * 5 * 9 and rows[0, 1, 0, 0] == 2 * 5 * 8
+
+
+@pytest.mark.parametrize(
+    "strides, overrides, message",
+    [
+        ((0, 1), {}, "strides must be positive"),
+        ((3, 3), {}, "column stride 1 or 2"),
+        ((2, 2), dict(in_c=128, k=128), "at most 64 on one side"),
+        ((2, 2), dict(variant0=1), "direct kernel \\(variant 0\\) only"),
+    ],
+)
+def test_handler_refuses_strides_its_kernels_cannot_read(strides, overrides, message):
+    with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*{message}"):
+        np.asarray(_handler_call(strides, **overrides))
