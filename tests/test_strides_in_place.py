@@ -33,10 +33,13 @@ CASES = [
     ((1, 9, 17, 16), 48, (3, 5), (2, 2), ((1, 1), (2, 2))),
     ((3, 1, 40, 64), 32, (1, 3), (1, 2), ((0, 0), (1, 1))),
     ((1, 7, 10, 12, 16), 32, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
+    ((2, 7, 9, 10, 32), 16, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
     ((2, 5, 8, 9, 64), 64, (3, 3, 3), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
 ]
 IDS = ["3x3-s2", "odd-map-s2", "columns-s2", "rows-s2", "rows-s3-one-sided", "rows-s4-5x3", "3x6-s2", "3x5-s2",
-       "1d-s2", "3d-s2-packed", "3d-hw-s2"]  # fmt: skip
+       "1d-s2", "3d-s2-16-channels-packed", "3d-s2-32-channels-packed", "3d-hw-s2"]  # fmt: skip
+# Depth taps per problem of a strided 3D layer read in place (Plan.depth_packing): 3 taps of 16 channels, 2 of 32.
+PACKING = {16: 3, 32: 2, 64: 1}
 
 
 def _case(case):
@@ -62,6 +65,8 @@ def test_16bit_strided_layers_read_x_in_place(case, dtype, rng):
     plan = winrs_jax.plan(x, jnp.zeros(w_shape, dtype), **geometry, dimension_numbers=dn)
     assert plan.supported and not plan.phases and plan.variant0 == 0, str(plan)
     assert "(read in place)" in str(plan)
+    if len(x_shape) == 5:
+        assert plan.depth_in_place and plan.depth_packing == PACKING[x_shape[-1]], str(plan)
     fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry,
                                    dimension_numbers=dn))  # fmt: skip
     text = fn.lower(x, dy).as_text()
@@ -133,3 +138,29 @@ def test_handler_reads_strides_from_its_attributes():
 def test_handler_refuses_strides_its_kernels_cannot_read(strides, overrides, message):
     with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*{message}"):
         np.asarray(_handler_call(strides, **overrides))
+
+
+@pytest.mark.parametrize(
+    "x_shape, k, strides",
+    [
+        ((2, 64, 64, 64, 32), 64, (2, 2, 2)),
+        ((8, 16, 56, 56, 64), 128, (2, 2, 2)),
+        ((2, 96, 96, 96, 16), 16, (2, 2, 2)),
+        ((4, 16, 16, 16, 64), 64, (1, 2, 2)),
+    ],
+    ids=["nnunet-s2", "resnet3d-s2", "16-channels-s2", "hw-s2"],
+)
+def test_filter_row_tiles_of_all_problems_fill_their_waves(x_shape, k, strides):
+    """The segments of a filter-row tile that reads strides or shares its launch with other depth taps are cut
+    for all its problems' blocks (plan.cc, taps_segments), in whole waves of an H100's 2 x 132 resident blocks:
+    Algorithm 1 counted one problem's and left the first layer 288 blocks, a second wave of 24."""
+    x = jax.ShapeDtypeStruct(x_shape, jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((3, 3, 3, x_shape[-1], k), jnp.bfloat16)
+    plan = winrs_jax.plan(x, w, strides, ((1, 1),) * 3, dimension_numbers=NDHWC,
+                          options=winrs_jax.PlannerOptions(sm_count=132))  # fmt: skip
+    columns, block_oc, block_ic, rows = plan.work_tile
+    assert plan.depth_in_place and (columns, block_oc, block_ic, rows) == (3, 64, 64, 1)
+    in_c = plan.channels[0] * plan.depth_packing
+    tiles = 3 * -(-k // block_oc) * -(-in_c // block_ic)
+    blocks, slots = plan.segments * plan.stacked_depth_problems * tiles, 2 * 132
+    assert blocks % slots == 0 or blocks % slots >= slots // 2, (blocks, str(plan))

@@ -52,6 +52,11 @@ constexpr double kWorkspaceShare = 0.15;
 // K-blocks copies a dY box per piece and costs more than it says.
 constexpr double kWindowBlockSteps = 3;
 constexpr double kWindowStepSeconds = 1.0e-6;
+// The same model for the filter-row tile's segments where its blocks share the launch with other problems or
+// read strides (taps_segments): a step of 64 positions x 3 taps x 64 x 64 channels is 1.6 MFLOP, about 2 us
+// at the 200 TFLOP/s its strided form ran on 8:16x56x56:64->128 s2 (two blocks per SM; H100, 2026-11-25).
+constexpr double kTapsStepSeconds = 2.0e-6;
+constexpr int kTapsStepPositions = 64;
 
 bool has_winograd_divisor(int64_t filter_w) {
   for (int d = 2; d <= 9; ++d)
@@ -182,6 +187,40 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
   if (best_width == 0) return false;
   *grid = segment_grid(p, pair, p.out_h, best_width, best_parts);
   return true;
+}
+
+// The filter-row tile's segments where its tiles share the launch with a 3D layer's other depth taps
+// (`problems`) or read strides: whole rows of dY (each block walks them with the taps' halo), in row bands
+// and image parts that minimise the modelled time as window_segments does, in waves of the tile's resident
+// blocks (Algorithm 1 counts one problem's blocks: 2:64^3:32->64 s2 got 32 row segments, 288 blocks for 264
+// slots, a second wave of 24). At most `z_limit` segments.
+void taps_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_limit,
+                   SegmentGrid* grid) {
+  const TileShape tile = tile_shape(pair.variant0, options.path, p);
+  const double problems = double(std::max(1, options.problems));
+  const double tiles = problems * double(blocks_per_segment(p, pair.variant0, options.path));
+  const double slots = double(std::max(1, options.sm_count)) * tile.blocks_per_sm;
+  const int64_t reach = ceil_div(kDirectTaps, p.stride_w);  // halo positions a row walks: reach - 1
+  const double row_positions = double(p.out_w + reach - 1);
+  double best = std::numeric_limits<double>::infinity();
+  int64_t best_h = p.out_h, best_parts = 1;
+  for (int64_t parts = 1; parts <= p.batch && parts <= z_limit; ++parts) {
+    for (int64_t bands = 1; bands <= p.out_h && parts * bands <= z_limit; ++bands) {
+      const int64_t seg_h = p.out_h / bands, rows = seg_h + p.out_h % seg_h;  // the last band's rows
+      const int64_t z = parts * (p.out_h / seg_h);
+      const double steps =
+          std::ceil(double(ceil_div(p.batch, parts) * rows) * row_positions / kTapsStepPositions);
+      double cost = std::ceil(double(z) * tiles / slots) * (steps + kWindowBlockSteps);
+      if (options.atomic)
+        cost += problems * double(z) * double(p.filter_elems()) / kAtomicAddsPerSecond / kTapsStepSeconds;
+      if (cost < best * (1 - 1e-9)) {
+        best = cost;
+        best_h = seg_h;
+        best_parts = parts;
+      }
+    }
+  }
+  *grid = segment_grid(p, pair, best_h, p.out_w, best_parts);
 }
 
 }  // namespace
@@ -375,15 +414,20 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   const int64_t z_limit = options.atomic ? std::max(z_max, z_accurate) : z_max;
   int64_t z = int64_t(plan.baseline_segments);
   if (options.segments <= 0) z = std::min(std::max(z, z_accurate), z_limit);
-  // The filter-window tile cuts images, not rows (window_segments); with atomic adds its model weighs their
-  // traffic itself, up to 8 waves of its blocks.
+  // The filter-window tile cuts images, not rows (window_segments), and the filter-row tile sharing its
+  // launch (taps_segments) both; with atomic adds their model weighs the adds' traffic itself, up to 8 waves
+  // of blocks.
   const TileShape tile = tile_shape(pair.variant0, options.path, p);
   const int64_t window_limit =
       options.atomic ? std::max<int64_t>(1, 8 * int64_t(options.sm_count) /
                                                 blocks_per_segment(p, pair.variant0, options.path))
                      : z_limit;
-  if (!(tile.rows > 1 && options.segments <= 0 && pair.width0 == p.out_w &&
-        window_segments(p, pair, options, window_limit, &plan.grid))) {
+  const bool taps_alone = tile.rows == 1 && tile.columns == kDirectTaps && tile.block_oc == kNarrowBlock &&
+                          (p.strided() || options.problems > 1);
+  if (taps_alone && options.segments <= 0 && pair.width0 == p.out_w) {
+    taps_segments(p, pair, options, window_limit, &plan.grid);
+  } else if (!(tile.rows > 1 && options.segments <= 0 && pair.width0 == p.out_w &&
+               window_segments(p, pair, options, window_limit, &plan.grid))) {
     plan.grid = segment_shape(p, pair, options.path, z);
     // Algorithm 2 can cut more segment columns than asked for (a prime W_max, say): shrink Z until they fit,
     // unless the caller forced the segment count.

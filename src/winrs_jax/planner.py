@@ -742,7 +742,7 @@ def _layer_plan(
         # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
         # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan. Layers
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
-        packing = depth_packing(flat.channels[0], taps, flat.path)
+        packing = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
         shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
                                      flat.reference, options, taps, packing, flat.strides)  # fmt: skip
         if packing > 1 and not shared.reads_depth_in_place:
@@ -783,12 +783,13 @@ def plan_depth_in_place(
     return plan if problems <= MAX_DEPTH_PROBLEMS else dataclasses.replace(plan, reads_depth_in_place=False)
 
 
-def depth_packing(in_c: int, taps: int, path: str) -> int:
+def depth_packing(in_c: int, taps: int, path: str, strided: bool = False) -> int:
     """Depth taps a 3D layer read in place packs into each problem's input channels: up to 4 for 16-bit layers of
     16 input channels (the kernels' 64-channel blocks would run a sixteenth full), as few problems as that allows
-    with the taps spread evenly over them (5 taps: 3 and 2, not 4 and 1); else 1. (32 channels packed ran slower
-    on the filter-row tile than unpacked on the window tile: docs/benchmarks.md, twenty-seventh stop.)"""
-    if path not in ("bf16", "fp16") or in_c != 16 or taps < 2:
+    with the taps spread evenly over them (5 taps: 3 and 2, not 4 and 1); 2 for 32 channels where the layer is
+    strided in height or width (the filter-row tile runs either way); else 1. (32 channels packed on the
+    filter-row tile ran slower than unpacked on the window tile: docs/benchmarks.md, twenty-seventh stop.)"""
+    if path not in ("bf16", "fp16") or in_c not in (16, 32) or taps < 2 or (in_c == 32 and not strided):
         return 1
     problems = -(-taps // (64 // in_c))
     return -(-taps // problems)
