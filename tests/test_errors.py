@@ -84,8 +84,8 @@ def test_inputs_lax_accepts_run_on_lax(lhs_shape, rhs_shape, dtype, padding, rea
 
 def _attributes(**overrides):
     attrs = dict(
-        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, path=0, reference=0, sm_count=132, segments=1, buckets=0,
-        variant0=-1, variant1=-1, atomic=0,
+        pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0, sm_count=132,
+        segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0,
     )  # fmt: skip
     attrs.update(overrides)
     return attrs
