@@ -543,13 +543,16 @@ def test_three_d_layers_read_in_place_match_float64(layer, dtype, window, rng, m
 
 
 # Strided layers whose X the filter-row tile reads in place (test_strides_in_place.CASES, at sizes that fill the
-# GPU): X staged by column phase by mma.sync, any row stride, 3D layers by depth slice too.
+# GPU): X staged by column phase by mma.sync, any row stride (a column stride of 1: on wgmma), 3D layers by depth
+# slice too; 64 x 64 channel blocks, and 128 x 128 where the layer has more than 64 output channels.
 STRIDED_LAYERS = [
     ((4, 30, 34, 64), 64, (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((2, 31, 29, 16), 32, (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((2, 40, 24, 32), 16, (3, 6), (2, 2), ((2, 1), (1, 2))),
     ((3, 33, 20, 64), 96, (3, 5), (3, 1), ((1, 1), (2, 2))),
     ((4, 1, 1000, 64), 64, (1, 3), (1, 2), ((0, 0), (1, 1))),
+    ((4, 30, 30, 96), 160, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((2, 29, 31, 48), 136, (3, 3), (2, 1), ((1, 1), (1, 1))),
     ((1, 8, 16, 32, 32), 64, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
     ((2, 6, 20, 28, 64), 128, (3, 3, 3), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
     ((1, 9, 14, 18, 16), 16, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),

@@ -32,12 +32,15 @@ CASES = [
     ((2, 8, 16, 32), 16, (3, 6), (2, 2), ((2, 1), (1, 2))),
     ((1, 9, 17, 16), 48, (3, 5), (2, 2), ((1, 1), (2, 2))),
     ((3, 1, 40, 64), 32, (1, 3), (1, 2), ((0, 0), (1, 1))),
+    ((2, 9, 10, 128), 136, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((1, 11, 8, 24), 72, (3, 6), (3, 2), ((1, 1), (2, 2))),
     ((1, 7, 10, 12, 16), 32, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
     ((2, 7, 9, 10, 32), 16, (3, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
     ((2, 5, 8, 9, 64), 64, (3, 3, 3), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
 ]
 IDS = ["3x3-s2", "odd-map-s2", "columns-s2", "rows-s2", "rows-s3-one-sided", "rows-s4-5x3", "3x6-s2", "3x5-s2",
-       "1d-s2", "3d-s2-16-channels-packed", "3d-s2-32-channels-packed", "3d-hw-s2"]  # fmt: skip
+       "1d-s2", "128-to-136-s2", "24-to-72-3x6-s3x2", "3d-s2-16-channels-packed", "3d-s2-32-channels-packed",
+       "3d-hw-s2"]  # fmt: skip
 # Depth taps per problem of a strided 3D layer read in place (Plan.depth_packing): 3 taps of 16 channels, 2 of 32.
 PACKING = {16: 3, 32: 2, 64: 1}
 
@@ -86,11 +89,11 @@ def test_16bit_strided_layers_read_x_in_place(case, dtype, rng):
 @pytest.mark.parametrize(
     "x_shape, k, window, strides, dtype, why",
     [
-        ((2, 12, 12, 128), 128, 3, (2, 2), jnp.bfloat16, "at most 64 on one side"),
+        ((2, 12, 12, 12), 32, 3, (2, 2), jnp.bfloat16, "channels in 16-byte pieces"),
         ((2, 12, 12, 32), 32, 6, (3, 3), jnp.bfloat16, "column stride 1 or 2"),
         ((2, 12, 12, 32), 32, 3, (2, 2), jnp.float32, "16-bit types"),
     ],
-    ids=["128-channels", "column-stride-3", "float32"],
+    ids=["12-channels", "column-stride-3", "float32"],
 )
 def test_other_strided_layers_keep_the_stride_1_pieces(x_shape, k, window, strides, dtype, why):
     """Where the filter-row tile does not run, the layer splits into DWM's pieces, as before, and the plan of the
@@ -131,7 +134,7 @@ def test_handler_reads_strides_from_its_attributes():
     [
         ((0, 1), {}, "strides must be positive"),
         ((3, 3), {}, "column stride 1 or 2"),
-        ((2, 2), dict(in_c=128, k=128), "at most 64 on one side"),
+        ((2, 2), dict(in_c=12), "channels in 16-byte pieces"),
         ((2, 2), dict(variant0=1), "direct kernel \\(variant 0\\) only"),
     ],
 )
@@ -159,8 +162,11 @@ def test_filter_row_tiles_of_all_problems_fill_their_waves(x_shape, k, strides):
     plan = winrs_jax.plan(x, w, strides, ((1, 1),) * 3, dimension_numbers=NDHWC,
                           options=winrs_jax.PlannerOptions(sm_count=132))  # fmt: skip
     columns, block_oc, block_ic, rows = plan.work_tile
-    assert plan.depth_in_place and (columns, block_oc, block_ic, rows) == (3, 64, 64, 1)
+    # 64 x 64 channels, two blocks per SM; 128 x 128 where the layer has more than 64 output channels, one.
+    assert (
+        plan.depth_in_place and (columns, rows) == (3, 1) and block_oc == block_ic == (64 if k <= 64 else 128)
+    )
     in_c = plan.channels[0] * plan.depth_packing
     tiles = 3 * -(-k // block_oc) * -(-in_c // block_ic)
-    blocks, slots = plan.segments * plan.stacked_depth_problems * tiles, 2 * 132
+    blocks, slots = plan.segments * plan.stacked_depth_problems * tiles, (2 if k <= 64 else 1) * 132
     assert blocks % slots == 0 or blocks % slots >= slots // 2, (blocks, str(plan))

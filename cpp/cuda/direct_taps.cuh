@@ -43,7 +43,7 @@ struct TapsConfig {
   static constexpr int alpha = Taps, n = Taps, r = 1, taps = Taps;
   static constexpr int stride = Stride,
                        reach = (Taps + Stride - 1) / Stride;  // X column stride, taps a phase
-  static_assert(Stride == 1 || (Block == kNarrowBlock && Stride <= kMaxTapsStride));
+  static_assert(Stride >= 1 && Stride <= kMaxTapsStride);
   static constexpr int BN = Block, BM = Block;
   static_assert(Block == kNarrowBlock || (Block == kWideBlock && kSixteenBit<operand>));
   static constexpr int blocks_per_sm = Block == kNarrowBlock ? 2 : 1;  // the wide block's 192 accumulators

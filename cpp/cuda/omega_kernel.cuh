@@ -415,7 +415,7 @@ bool runs_wgmma() {
 template <Path P, int Block>
 cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
   if (args.problem.stride_w != 1) {  // X staged by phase (direct_taps.cuh), by mma.sync (variants.h)
-    if constexpr (Block == kNarrowBlock && kSixteenBit<path_info(P).operand>) {
+    if constexpr (kSixteenBit<path_info(P).operand>) {
       static_assert(kMaxTapsStride == 2);
       if (args.problem.stride_w == 2)
         return launch_config<TapsConfig<P, kDirectTaps, Block, 2>>(args, stream);

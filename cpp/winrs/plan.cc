@@ -355,7 +355,7 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   if (p.strided() && !strided_taps(options.path, p)) {
     plan.reason = "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
                   ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
-                  "stride 1 or 2, channels in 16-byte pieces and at most 64 on one side";
+                  "stride 1 or 2, filter widths 3, 6, 9 or from 5, channels in 16-byte pieces";
     return plan;
   }
   if (!p.strided() && !has_winograd_divisor(p.filter_w)) {
@@ -422,8 +422,8 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       options.atomic ? std::max<int64_t>(1, 8 * int64_t(options.sm_count) /
                                                 blocks_per_segment(p, pair.variant0, options.path))
                      : z_limit;
-  const bool taps_alone = tile.rows == 1 && tile.columns == kDirectTaps && tile.block_oc == kNarrowBlock &&
-                          (p.strided() || options.problems > 1);
+  const bool taps_alone = tile.rows == 1 && tile.columns == kDirectTaps &&
+                          (p.strided() || (options.problems > 1 && tile.block_oc == kNarrowBlock));
   if (taps_alone && options.segments <= 0 && pair.width0 == p.out_w) {
     taps_segments(p, pair, options, window_limit, &plan.grid);
   } else if (!(tile.rows > 1 && options.segments <= 0 && pair.width0 == p.out_w &&
