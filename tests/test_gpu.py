@@ -544,7 +544,7 @@ def test_three_d_layers_read_in_place_match_float64(layer, dtype, window, rng, m
 
 # Strided layers whose X the filter-row tile reads in place (test_strides_in_place.CASES, at sizes that fill the
 # GPU): X staged by column phase by mma.sync, any row stride (a column stride of 1: on wgmma), 3D layers by depth
-# slice too; 64 x 64 channel blocks, and 128 x 128 where the layer has more than 64 output channels.
+# slice too; 64 x 64 channel blocks, and 128 x 128 where both sides have more than 64 channels.
 STRIDED_LAYERS = [
     ((4, 30, 34, 64), 64, (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((2, 31, 29, 16), 32, (3, 3), (2, 2), ((1, 1), (1, 1))),

@@ -188,17 +188,16 @@ constexpr bool window_taps(int variant, Path path, const Problem& p) {
 // copies): the filter-row tile in 16 bits (cuda/direct_taps.cuh, TapsStager), any row stride, column stride 1
 // or 2 (kMaxTapsStride: X's columns staged by phase, tap j of a step reading phase j % s from row j / s; on
 // Hopper by mma.sync, as the wgmma tile's overlapping panels need a one-row shift per tap). Its block is 64 x
-// 64 channels where the layer has at most 64 output channels, else 128 x 128 (strided_wide): with the 64 x 64
-// block every block of output channels reads X again, and X's phases double its share of the traffic (3x3x3
-// 8:16x56x56:64->128 s2 in bf16 ran at 184 TFLOP/s, its blocks reading about 4.8 TB/s from L2; H100,
-// 2026-11-25).
+// 64 channels where one side has at most 64, else 128 x 128 (strided_wide). The 128 x 128 block for layers of
+// more input channels than 64 ran slower, though each output-channel block of the 64 x 64 one reads X again
+// (3x3x3 8:16x56x56:64->128 s2, bf16: 0.121 ms on 64 x 64 blocks, 0.205 on 128 x 128; H100, 2026-11-25).
 inline constexpr int kMaxTapsStride = 2;
 constexpr bool strided_taps(Path path, const Problem& p) {
   const bool width = p.filter_w % kDirectTaps == 0 || p.filter_w >= 5;
   return storage_bytes(path) == 2 && path_info(path).tensor_cores && p.stride_w <= kMaxTapsStride && width &&
          p.out_c % 8 == 0 && p.in_c % 8 == 0;
 }
-constexpr bool strided_wide(const Problem& p) { return p.out_c > kNarrowBlock; }
+constexpr bool strided_wide(const Problem& p) { return p.out_c > kNarrowBlock && p.in_c > kNarrowBlock; }
 
 // The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M), the
 // blocks resident per SM and filter rows. One function for the planner's block count and the kernel launch.
