@@ -168,3 +168,21 @@ def test_filter_row_tiles_of_all_problems_fill_their_waves(x_shape, k, strides):
     tiles = 3 * -(-k // 64) * -(-in_c // 64)
     blocks, slots = plan.segments * plan.stacked_depth_problems * tiles, 2 * 132
     assert blocks % slots == 0 or blocks % slots >= slots // 2, (blocks, str(plan))
+
+
+def test_vmapped_strided_layers_read_strides_in_place(rng):
+    """Stacked strided problems (vmap) run one call with the strides, each problem's dW its own layer's."""
+    x_shape, w_shape, dn, geometry = _case(CASES[0])
+    xs = jnp.asarray(rng.standard_normal((3, *x_shape)), jnp.bfloat16)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(xs[0], jnp.zeros(w_shape, jnp.bfloat16), **geometry,
+                                                          dimension_numbers=dn))  # fmt: skip
+    dys = jnp.asarray(rng.standard_normal((3, *out.shape)), jnp.bfloat16)
+    fn = functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=w_shape, **geometry, dimension_numbers=dn
+    )
+    batched = jax.jit(jax.vmap(fn))
+    text = batched.lower(xs, dys).as_text()
+    assert text.count(f"@{_ffi.TARGET}(") == 1, text
+    stacked = np.asarray(batched(xs, dys), np.float64)
+    for i in range(3):
+        np.testing.assert_array_equal(stacked[i], np.asarray(jax.jit(fn)(xs[i], dys[i]), np.float64))

@@ -355,7 +355,7 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
   if (p.strided() && !strided_taps(options.path, p)) {
     plan.reason = "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
                   ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
-                  "stride 1 or 2, filter widths 3, 6, 9 or from 5, channels in 16-byte pieces";
+                  "stride 1 or 2, filter widths 3 or from 5, channels in 16-byte pieces";
     return plan;
   }
   if (!p.strided() && !has_winograd_divisor(p.filter_w)) {
