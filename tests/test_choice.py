@@ -19,7 +19,7 @@ import pytest
 from jax import lax
 
 import winrs_jax
-from winrs_jax import choice
+from winrs_jax import _ffi, choice
 from winrs_jax.geometry import make_spec
 
 NHWC = ("NHWC", "HWIO", "NHWC")
@@ -545,7 +545,7 @@ def test_repeated_filter_gradients_all_run():
 
     for fn, ops in (
         (xla, ("convolution(", "__cudnn$conv")),
-        (ours, ('custom_call_target="winrs_backward_filter"',)),
+        (ours, (f'custom_call_target="{_ffi.TARGET}"',)),
     ):
         compiled = jax.jit(choice.repeated(fn)).lower((x,) * 5, (dy,) * 5).compile()
         assert sum(compiled.as_text().count(op) for op in ops) == 5

@@ -131,15 +131,15 @@ def test_handler_accepts_consistent_planner_inputs():
     ],
 )
 def test_handler_rejects_inconsistent_inputs(overrides, message):
-    with pytest.raises(Exception, match=f"winrs_backward_filter: .*{message}"):
+    with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*{message}"):
         np.asarray(_call(**overrides))
 
 
 def test_handler_rejects_storage_of_another_path():
     """bfloat16 buffers with the float32 path's attributes (and the reverse) never reach a kernel."""
-    with pytest.raises(Exception, match="winrs_backward_filter: .*element type of path fp32"):
+    with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*element type of path fp32"):
         np.asarray(_call(dtype=jnp.bfloat16))
-    with pytest.raises(Exception, match="winrs_backward_filter: .*element type of path fp16"):
+    with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*element type of path fp16"):
         np.asarray(_call(dtype=jnp.bfloat16, path=4))
 
 

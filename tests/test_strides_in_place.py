@@ -132,7 +132,8 @@ def test_handler_reads_strides_from_its_attributes():
 @pytest.mark.parametrize(
     "strides, overrides, message",
     [
-        ((0, 1), {}, "strides must be positive"),
+        ((0, 1), {}, "strides must be from 1 to 2\\^31 - 1"),
+        ((2**31, 1), {}, "strides must be from 1 to 2\\^31 - 1"),
         ((3, 3), {}, "column stride 1 or 2"),
         ((2, 2), dict(in_c=12), "channels in 16-byte pieces"),
         ((2, 2), dict(variant0=1), "direct kernel \\(variant 0\\) only"),
@@ -186,3 +187,74 @@ def test_vmapped_strided_layers_read_strides_in_place(rng):
     stacked = np.asarray(batched(xs, dys), np.float64)
     for i in range(3):
         np.testing.assert_array_equal(stacked[i], np.asarray(jax.jit(fn)(xs[i], dys[i]), np.float64))
+
+
+@pytest.mark.parametrize("target", [_ffi.TARGET, "winrs_backward_filter"], ids=["current", "before-strides"])
+def test_programs_exported_before_the_strides_keep_running(target, rng):
+    """The targets' attributes change only with a new name (_ffi.export_disabled_checks): the target from
+    before the strides still takes its attributes (no stride_h, stride_w) and computes what the current one does
+    at stride 1; the current one refuses them."""
+    x = jnp.asarray(rng.standard_normal((2, 9, 9, 32)), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal((2, 9, 9, 16)), jnp.bfloat16)
+    plan = plan_canonical(2, (9, 9), 32, 16, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
+    current = plan.ffi_attributes()
+    expected = np.asarray(
+        _ffi.backward_filter_call(x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, current)
+    )
+    old = {k: v for k, v in current.items() if k not in ("stride_h", "stride_w")}
+    call = functools.partial(_ffi.backward_filter_call, x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, old,
+                             target)  # fmt: skip
+    if target == _ffi.TARGET:
+        with pytest.raises(Exception, match="attributes"):
+            np.asarray(call())
+    else:
+        np.testing.assert_array_equal(np.asarray(call()), expected)
+
+
+def test_3d_programs_exported_before_the_strides_keep_running(rng):
+    """The same for the 3D target: "winrs_backward_filter_3d" reads depth slices as before, strides 1."""
+    x = jnp.asarray(rng.standard_normal((2, 5, 6, 8, 32)), jnp.bfloat16)
+    dy = jnp.asarray(rng.standard_normal((2, 5, 6, 8, 16)), jnp.bfloat16)
+    w_shape = (3, 3, 3, 32, 16)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=(1, 1, 1),
+                                   padding="SAME", dimension_numbers=NDHWC))  # fmt: skip
+    assert _ffi.DEPTH_TARGET in fn.lower(x, dy).as_text()
+    expected = np.transpose(np.asarray(fn(x, dy), np.float32), (0, 4, 1, 2, 3))  # FD x K x FH x FW x C
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, jnp.bfloat16), (1, 1, 1), "SAME", dimension_numbers=NDHWC)
+    assert plan.depth_in_place and plan.depth_packing == 1
+    attributes = {k: v for k, v in plan.ffi_attributes().items() if k not in ("stride_h", "stride_w")}
+    attributes.update(in_depth=5, out_depth=5, depth_stride=1, depth_dilation=1, depth_pad=1, filter_depth=3)
+    dw = _ffi.backward_filter_call(x, dy, (3,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
+                                   "winrs_backward_filter_3d")  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(dw.astype(jnp.bfloat16), np.float32), expected)
+
+
+def test_row_strides_near_2_31_read_the_right_rows(rng):
+    """A row stride past the map (one output row) is valid for lax: the row clipping must not wrap in 32 bits
+    (it did, and dW came back zero)."""
+    x = jnp.asarray(rng.standard_normal((2, 9, 9, 32)), jnp.bfloat16)
+    w_shape, geometry = (3, 3, 32, 32), dict(window_strides=(2**31 - 1, 2), padding=((1, 1), (1, 1)))
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(x, jnp.zeros(w_shape, jnp.bfloat16), **geometry,
+                                                          dimension_numbers=NHWC))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal(out.shape), jnp.bfloat16)
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, jnp.bfloat16), **geometry, dimension_numbers=NHWC)
+    assert plan.supported and not plan.phases
+    dw = winrs_jax.conv_backward_filter(x, dy, w_shape, **geometry, dimension_numbers=NHWC)
+    expected = np.moveaxis(reference_general_filter_grad(x, dy, (3, 3), geometry["window_strides"],
+                                                         geometry["padding"]), 0, -1)  # fmt: skip
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(
+        np.asarray(dw, np.float64), expected, rtol=2.0**-8, atol=1e-5 * np.abs(expected).max()
+    )
+
+
+def test_strided_segments_keep_the_chain_bound():
+    """The filter-row tile's segment search counts the bands a row height makes (out_h 27 in 14 bands is 27 of
+    one row): with deterministic sums its segments stay within the buckets' chains (at most 8 links; it made 27
+    segments on 2 buckets, chains of 14)."""
+    x = jax.ShapeDtypeStruct((2, 54, 19, 64), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((3, 6, 64, 64), jnp.bfloat16)
+    options = winrs_jax.PlannerOptions(sm_count=132, deterministic=True)
+    plan = winrs_jax.plan(x, w, (2, 1), ((1, 1), (1, 1)), dimension_numbers=NHWC, options=options)
+    assert plan.supported and not plan.phases and not plan.atomic
+    assert plan.chain <= 8 and plan.segments <= plan.buckets * plan.chain, str(plan)

@@ -69,7 +69,7 @@ def test_handler_rejects_mismatched_leading_axes():
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0,
                  sm_count=132, segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0)  # fmt: skip
     x, dy = jnp.ones((2, 2, 8, 8, 4)), jnp.ones((3, 2, 8, 8, 4))
-    with pytest.raises(Exception, match="winrs_backward_filter: .*leading"):
+    with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*leading"):
         np.asarray(_ffi.backward_filter_call(x, dy, (2,), (4, 3, 3, 4), 0, attrs))
 
 

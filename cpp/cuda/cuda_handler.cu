@@ -35,22 +35,47 @@ ffi::Error backward_filter_on_gpu(const char* target, cudaStream_t stream, ffi::
   });
 }
 
-ffi::Error backward_filter_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                ffi::ResultBuffer<ffi::F32> filter_grad,
-                                ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
+// One target's handler: Attrs (PlanAttrs, or PlanAttrsV1 of the target before strides) upgraded to PlanAttrs.
+template <class Attrs>
+ffi::Error backward_filter_cuda(const char* target, cudaStream_t stream, ffi::AnyBuffer input,
+                                ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                                ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
   return backward_filter_on_gpu(
-      "winrs_backward_filter", stream, input, out_grad, filter_grad, workspace,
-      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); });
+      target, stream, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
+        return decode_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
+      });
 }
 
 // A 3D layer read in place (launch.h, decode_depth_call): the kernels address X by depth slice.
-ffi::Error backward_filter_3d_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                   ffi::ResultBuffer<ffi::F32> filter_grad,
-                                   ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+template <class Attrs>
+ffi::Error backward_filter_3d_cuda(const char* target, cudaStream_t stream, ffi::AnyBuffer input,
+                                   ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                                   ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
   return backward_filter_on_gpu(
-      "winrs_backward_filter_3d", stream, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
-        return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
+      target, stream, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
+        return decode_depth_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
       });
+}
+
+ffi::Error backward_filter_v2_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                   ffi::ResultBuffer<ffi::F32> filter_grad,
+                                   ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
+  return backward_filter_cuda(kTarget, stream, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_v1_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                   ffi::ResultBuffer<ffi::F32> filter_grad,
+                                   ffi::ResultBuffer<ffi::F32> workspace, PlanAttrsV1 attrs) {
+  return backward_filter_cuda(kTargetV1, stream, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_3d_v2_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                      ffi::ResultBuffer<ffi::F32> filter_grad,
+                                      ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+  return backward_filter_3d_cuda(kDepthTarget, stream, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_3d_v1_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                      ffi::ResultBuffer<ffi::F32> filter_grad,
+                                      ffi::ResultBuffer<ffi::F32> workspace, DepthAttrsV1 attrs) {
+  return backward_filter_3d_cuda(kDepthTargetV1, stream, input, out_grad, filter_grad, workspace, attrs);
 }
 
 ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
@@ -71,7 +96,7 @@ ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, f
 }  // namespace
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_cuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward_filter_v2_cuda,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                    .Arg<ffi::AnyBuffer>()
@@ -81,7 +106,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCuda, winrs::ffi_glue::backward
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCuda, winrs::ffi_glue::backward_filter_3d_cuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterV1Cuda, winrs::ffi_glue::backward_filter_v1_cuda,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::PlanAttrsV1>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCuda, winrs::ffi_glue::backward_filter_3d_v2_cuda,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                    .Arg<ffi::AnyBuffer>()
@@ -89,6 +124,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCuda, winrs::ffi_glue::backwa
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::DepthAttrs>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dV1Cuda, winrs::ffi_glue::backward_filter_3d_v1_cuda,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::DepthAttrsV1>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCuda, winrs::ffi_glue::grouped_filter_grad_cuda,

@@ -102,22 +102,47 @@ ffi::Error backward_filter_on_cpu(const char* target, ffi::ThreadPool& pool, ffi
   });
 }
 
-ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                               ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
-                               PlanAttrs attrs) {
+// One target's handler: Attrs (PlanAttrs, or PlanAttrsV1 of the target before strides) upgraded to PlanAttrs.
+template <class Attrs>
+ffi::Error backward_filter_cpu(const char* target, ffi::ThreadPool pool, ffi::AnyBuffer input,
+                               ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                               ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
   return backward_filter_on_cpu(
-      "winrs_backward_filter", pool, input, out_grad, filter_grad, workspace,
-      [&](BackwardFilterOp* op) { return decode_call(input, out_grad, filter_grad, workspace, attrs, op); });
+      target, pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
+        return decode_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
+      });
 }
 
 // A 3D layer read in place (launch.h, decode_depth_call): the same executor, X addressed by depth slice.
-ffi::Error backward_filter_3d_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                  ffi::ResultBuffer<ffi::F32> filter_grad,
-                                  ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+template <class Attrs>
+ffi::Error backward_filter_3d_cpu(const char* target, ffi::ThreadPool pool, ffi::AnyBuffer input,
+                                  ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
+                                  ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
   return backward_filter_on_cpu(
-      "winrs_backward_filter_3d", pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
-        return decode_depth_call(input, out_grad, filter_grad, workspace, attrs, op);
+      target, pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
+        return decode_depth_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
       });
+}
+
+ffi::Error backward_filter_v2_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                  ffi::ResultBuffer<ffi::F32> filter_grad,
+                                  ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
+  return backward_filter_cpu(kTarget, pool, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_v1_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                  ffi::ResultBuffer<ffi::F32> filter_grad,
+                                  ffi::ResultBuffer<ffi::F32> workspace, PlanAttrsV1 attrs) {
+  return backward_filter_cpu(kTargetV1, pool, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_3d_v2_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                     ffi::ResultBuffer<ffi::F32> filter_grad,
+                                     ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
+  return backward_filter_3d_cpu(kDepthTarget, pool, input, out_grad, filter_grad, workspace, attrs);
+}
+ffi::Error backward_filter_3d_v1_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                                     ffi::ResultBuffer<ffi::F32> filter_grad,
+                                     ffi::ResultBuffer<ffi::F32> workspace, DepthAttrsV1 attrs) {
+  return backward_filter_3d_cpu(kDepthTargetV1, pool, input, out_grad, filter_grad, workspace, attrs);
 }
 
 ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
@@ -139,7 +164,7 @@ ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, f
 }  // namespace
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_cpu,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_v2_cpu,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::ThreadPool>()
                                    .Arg<ffi::AnyBuffer>()
@@ -148,7 +173,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::PlanAttrs>()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCpu, winrs::ffi_glue::backward_filter_3d_cpu,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterV1Cpu, winrs::ffi_glue::backward_filter_v1_cpu,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::ThreadPool>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::PlanAttrsV1>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCpu, winrs::ffi_glue::backward_filter_3d_v2_cpu,
                               (ffi::Ffi::Bind()
                                    .Ctx<ffi::ThreadPool>()
                                    .Arg<ffi::AnyBuffer>()
@@ -156,6 +190,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCpu, winrs::ffi_glue::backwar
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Ret<ffi::Buffer<ffi::F32>>()
                                    .Attrs<winrs::ffi_glue::DepthAttrs>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dV1Cpu, winrs::ffi_glue::backward_filter_3d_v1_cpu,
+                              (ffi::Ffi::Bind()
+                                   .Ctx<ffi::ThreadPool>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Arg<ffi::AnyBuffer>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                   .Attrs<winrs::ffi_glue::DepthAttrsV1>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCpu, winrs::ffi_glue::grouped_filter_grad_cpu,
                               (ffi::Ffi::Bind()

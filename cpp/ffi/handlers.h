@@ -3,11 +3,23 @@
 
 #include "xla/ffi/api/c_api.h"
 
+namespace winrs::ffi_glue {
+// The backward-filter targets' names (winrs_jax/_ffi.py): their attributes change only with a new name. The
+// targets from before the strides (PlanAttrsV1, launch.h) stay registered, so that exported programs that
+// call them keep running.
+inline constexpr char kTarget[] = "winrs_backward_filter_v2", kDepthTarget[] = "winrs_backward_filter_3d_v2";
+inline constexpr char kTargetV1[] = "winrs_backward_filter", kDepthTargetV1[] = "winrs_backward_filter_3d";
+}  // namespace winrs::ffi_glue
+
 extern "C" XLA_FFI_Error* WinrsBackwardFilterCpu(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsBackwardFilter3dCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* WinrsBackwardFilterV1Cpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* WinrsBackwardFilter3dV1Cpu(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsGroupedFilterGradCpu(XLA_FFI_CallFrame* call_frame);
 #ifdef WINRS_WITH_CUDA
 extern "C" XLA_FFI_Error* WinrsBackwardFilterCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsBackwardFilter3dCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* WinrsBackwardFilterV1Cuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* WinrsBackwardFilter3dV1Cuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsGroupedFilterGradCuda(XLA_FFI_CallFrame* call_frame);
 #endif

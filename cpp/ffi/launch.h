@@ -27,6 +27,18 @@ struct PlanAttrs {
   int64_t atomic;              // 1: segments add into dW atomically, in any order
 };
 
+// The attributes of the targets that came before strides ("winrs_backward_filter" and
+// "winrs_backward_filter_3d", still registered so that programs exported with them keep running): strides 1.
+struct PlanAttrsV1 {
+  int64_t pad_top, pad_bottom, pad_left, pad_right, path, reference, sm_count, segments, buckets, variant0,
+      variant1, atomic;
+};
+inline PlanAttrs upgrade(const PlanAttrsV1& a) {
+  return {a.pad_top,   a.pad_bottom, a.pad_left, a.pad_right, 1,          1,          a.path,
+          a.reference, a.sm_count,   a.segments, a.buckets,   a.variant0, a.variant1, a.atomic};
+}
+inline const PlanAttrs& upgrade(const PlanAttrs& a) { return a; }
+
 inline xla::ffi::DataType storage_dtype(Path path) {
   switch (path_info(path).storage) {
     case Storage::kBF16:
@@ -92,7 +104,7 @@ inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
     if (v < -1 || v > kIntMax) return "kernel variant index out of range";
   if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
   if (a.stride_h < 1 || a.stride_h > kIntMax || a.stride_w < 1 || a.stride_w > kIntMax)
-    return "strides must be positive";
+    return "strides must be from 1 to 2^31 - 1";
   options->path = static_cast<Path>(a.path);
   options->reference = static_cast<Path>(a.reference);
   options->sm_count = int(a.sm_count);
@@ -138,13 +150,23 @@ std::string decode_call(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuf
   return check_workspace(workspace, *op);
 }
 
-// winrs_jax.Plan.ffi_attributes of a 3D layer read in place (the winrs_backward_filter_3d target): the plan's
-// attributes, then the depth geometry (DepthView).
+// winrs_jax.Plan.ffi_attributes of a 3D layer read in place (the winrs_backward_filter_3d_v2 target): the
+// plan's attributes, then the depth geometry (DepthView).
 struct DepthAttrs {
   PlanAttrs plan;
   int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad;
   int64_t filter_depth;  // the layer's depth taps (a packed call's last problem may hold fewer)
 };
+
+struct DepthAttrsV1 {
+  PlanAttrsV1 plan;
+  int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad, filter_depth;
+};
+inline DepthAttrs upgrade(const DepthAttrsV1& a) {
+  return {upgrade(a.plan),  a.in_depth,  a.out_depth,   a.depth_stride,
+          a.depth_dilation, a.depth_pad, a.filter_depth};
+}
+inline const DepthAttrs& upgrade(const DepthAttrs& a) { return a; }
 
 // Buffers: input N x D x I_H x I_W x I_C and out_grad N x OD x O_H x O_W x O_C in the path's storage type,
 // filter_grad G x O_C x F_H x F_W x (P I_C) (float32: G problems of P filter depth taps each, P = 1 or, for
@@ -238,8 +260,26 @@ xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcep
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrs, WINRS_PLAN_ATTR_MEMBERS);
 
+// PlanAttrsV1: the same without the strides.
+#define WINRS_PLAN_ATTR_V1_MEMBERS                                                                   \
+  ::xla::ffi::StructMember<int64_t>("pad_top"), ::xla::ffi::StructMember<int64_t>("pad_bottom"),     \
+      ::xla::ffi::StructMember<int64_t>("pad_left"), ::xla::ffi::StructMember<int64_t>("pad_right"), \
+      ::xla::ffi::StructMember<int64_t>("path"), ::xla::ffi::StructMember<int64_t>("reference"),     \
+      ::xla::ffi::StructMember<int64_t>("sm_count"), ::xla::ffi::StructMember<int64_t>("segments"),  \
+      ::xla::ffi::StructMember<int64_t>("buckets"), ::xla::ffi::StructMember<int64_t>("variant0"),   \
+      ::xla::ffi::StructMember<int64_t>("variant1"), ::xla::ffi::StructMember<int64_t>("atomic")
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrsV1, WINRS_PLAN_ATTR_V1_MEMBERS);
+
 // DepthAttrs: the plan's members (brace elision fills DepthAttrs::plan), then the depth's.
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_ATTR_MEMBERS,
+                                      ::xla::ffi::StructMember<int64_t>("in_depth"),
+                                      ::xla::ffi::StructMember<int64_t>("out_depth"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_stride"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_dilation"),
+                                      ::xla::ffi::StructMember<int64_t>("depth_pad"),
+                                      ::xla::ffi::StructMember<int64_t>("filter_depth"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrsV1, WINRS_PLAN_ATTR_V1_MEMBERS,
                                       ::xla::ffi::StructMember<int64_t>("in_depth"),
                                       ::xla::ffi::StructMember<int64_t>("out_depth"),
                                       ::xla::ffi::StructMember<int64_t>("depth_stride"),

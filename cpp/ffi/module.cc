@@ -66,16 +66,20 @@ void check_variant(int v) {
 NB_MODULE(_winrs, m) {
   m.def("cpu_targets", [] {
     nb::dict d;
-    d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCpu);
-    d["winrs_backward_filter_3d"] = capsule_of(WinrsBackwardFilter3dCpu);
+    d[winrs::ffi_glue::kTarget] = capsule_of(WinrsBackwardFilterCpu);
+    d[winrs::ffi_glue::kDepthTarget] = capsule_of(WinrsBackwardFilter3dCpu);
+    d[winrs::ffi_glue::kTargetV1] = capsule_of(WinrsBackwardFilterV1Cpu);
+    d[winrs::ffi_glue::kDepthTargetV1] = capsule_of(WinrsBackwardFilter3dV1Cpu);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCpu);
     return d;
   });
   m.def("cuda_targets", [] {
     nb::dict d;
 #ifdef WINRS_WITH_CUDA
-    d["winrs_backward_filter"] = capsule_of(WinrsBackwardFilterCuda);
-    d["winrs_backward_filter_3d"] = capsule_of(WinrsBackwardFilter3dCuda);
+    d[winrs::ffi_glue::kTarget] = capsule_of(WinrsBackwardFilterCuda);
+    d[winrs::ffi_glue::kDepthTarget] = capsule_of(WinrsBackwardFilter3dCuda);
+    d[winrs::ffi_glue::kTargetV1] = capsule_of(WinrsBackwardFilterV1Cuda);
+    d[winrs::ffi_glue::kDepthTargetV1] = capsule_of(WinrsBackwardFilter3dV1Cuda);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCuda);
 #endif
     return d;

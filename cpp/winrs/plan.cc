@@ -193,9 +193,9 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
 // (`problems`) or read strides: whole rows of dY (each block walks them with the taps' halo), in row bands
 // and image parts that minimise the modelled time as window_segments does, in waves of the tile's resident
 // blocks (Algorithm 1 counts one problem's blocks: 2:64^3:32->64 s2 got 32 row segments, 288 blocks for 264
-// slots, a second wave of 24). At most `z_limit` segments.
-void taps_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_limit,
-                   SegmentGrid* grid) {
+// slots, a second wave of 24). From `z_min` (at float32 HIGHEST, kMaxSumPositions) to `z_limit` segments.
+void taps_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_min,
+                   int64_t z_limit, SegmentGrid* grid) {
   const TileShape tile = tile_shape(pair.variant0, options.path, p);
   const double problems = double(std::max(1, options.problems));
   const double tiles = problems * double(blocks_per_segment(p, pair.variant0, options.path));
@@ -207,7 +207,8 @@ void taps_segments(const Problem& p, const KernelPair& pair, const PlanOptions& 
   for (int64_t parts = 1; parts <= p.batch && parts <= z_limit; ++parts) {
     for (int64_t bands = 1; bands <= p.out_h && parts * bands <= z_limit; ++bands) {
       const int64_t seg_h = p.out_h / bands, rows = seg_h + p.out_h % seg_h;  // the last band's rows
-      const int64_t z = parts * (p.out_h / seg_h);
+      const int64_t z = parts * (p.out_h / seg_h);  // (out_h 27 in 14 bands: 27 bands of one row)
+      if (z > z_limit || (z < z_min && z < p.batch * p.out_h)) continue;
       const double steps =
           std::ceil(double(ceil_div(p.batch, parts) * rows) * row_positions / kTapsStepPositions);
       double cost = std::ceil(double(z) * tiles / slots) * (steps + kWindowBlockSteps);
@@ -353,9 +354,11 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
     return plan;
   }
   if (p.strided() && !strided_taps(options.path, p)) {
-    plan.reason = "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
-                  ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
-                  "stride 1 or 2, filter widths 3 or from 5, channels in 16-byte pieces";
+    plan.reason =
+        "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
+        ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
+        "stride 1 or 2, filter widths of 3 or from 5 (a multiple of 3 above 64 channels on both sides), "
+        "channels in 16-byte pieces";
     return plan;
   }
   if (!p.strided() && !has_winograd_divisor(p.filter_w)) {
@@ -422,10 +425,10 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       options.atomic ? std::max<int64_t>(1, 8 * int64_t(options.sm_count) /
                                                 blocks_per_segment(p, pair.variant0, options.path))
                      : z_limit;
-  const bool taps_alone = tile.rows == 1 && tile.columns == kDirectTaps &&
+  const bool taps_alone = pair.variant0 == 0 && tile.rows == 1 && tile.columns == kDirectTaps &&
                           (p.strided() || (options.problems > 1 && tile.block_oc == kNarrowBlock));
   if (taps_alone && options.segments <= 0 && pair.width0 == p.out_w) {
-    taps_segments(p, pair, options, window_limit, &plan.grid);
+    taps_segments(p, pair, options, z_accurate, std::max(window_limit, z_accurate), &plan.grid);
   } else if (!(tile.rows > 1 && options.segments <= 0 && pair.width0 == p.out_w &&
                window_segments(p, pair, options, window_limit, &plan.grid))) {
     plan.grid = segment_shape(p, pair, options.path, z);

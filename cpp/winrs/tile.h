@@ -216,16 +216,18 @@ struct RowRange {
   int begin, end;
 };
 
-// ceil(a / b) for b > 0 and a of either sign.
-WINRS_HD inline int ceil_div_signed(int a, int b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+// ceil(a / b) for b > 0 and a of either sign, in 64 bits (a stride near 2^31 must not wrap).
+WINRS_HD inline long long ceil_div_signed(long long a, long long b) {
+  return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
 
 WINRS_HD inline RowRange clip_rows(int seg_begin, int seg_end, int fh, int pad_top, int in_h,
                                    int stride = 1) {
-  int begin = ceil_div_signed(pad_top - fh, stride);
-  int end = ceil_div_signed(in_h + pad_top - fh, stride);
+  long long begin = ceil_div_signed((long long)pad_top - fh, stride);
+  long long end = ceil_div_signed((long long)in_h + pad_top - fh, stride);
   begin = begin > seg_begin ? begin : seg_begin;
   end = end < seg_end ? end : seg_end;
-  return {begin, end > begin ? end : begin};
+  return {int(begin), int(end > begin ? end : begin)};
 }
 
 // Input column of tile element t for the unit starting at output-gradient column w0 and the filter-gradient

@@ -10,9 +10,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from winrs_jax import _winrs
 
-TARGET = "winrs_backward_filter"
+# Targets' attributes change only with a new name; the names before (the same attributes without the strides:
+# "winrs_backward_filter", "winrs_backward_filter_3d") stay registered for programs exported with them.
+TARGET = "winrs_backward_filter_v2"
 GROUPED_TARGET = "winrs_grouped_filter_grad"  # the direct kernels of grouped layers (cpp/winrs/grouped.h)
-DEPTH_TARGET = "winrs_backward_filter_3d"  # a 3D layer whose X the kernels read by depth slice
+DEPTH_TARGET = "winrs_backward_filter_3d_v2"  # a 3D layer whose X the kernels read by depth slice
 
 
 def _register() -> bool:

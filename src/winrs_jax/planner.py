@@ -277,9 +277,10 @@ class Plan:
 
     @property
     def depth_in_place(self) -> bool:
-        """Whether a 3D layer's FFI call reads X in place by depth slice (winrs_backward_filter_3d) instead of
-        the depth-shifted copies: its 2D problem is a plain one (no groups, strides or dilation in height and
-        width) whose kernels read X by depth slice. Under vmap the copies stay."""
+        """Whether a 3D layer's FFI call reads X in place by depth slice (_ffi.DEPTH_TARGET) instead of
+        the depth-shifted copies: its 2D problem is a plain one (no groups or dilation in height and width, strides
+        only where its kernels read them in place) whose kernels read X by depth slice. Under vmap the copies
+        stay."""
         plain = (self.method == "winrs" and self.groups == 1 and self.dense_groups == 1 and self.batch_groups == 1
                  and self.dilation == (1, 1) and not self.phases)  # fmt: skip
         return bool(self.depth[2]) and plain and self.reads_depth_in_place
@@ -740,7 +741,7 @@ def _layer_plan(
     taps = 1 if flat.method == "direct" else depth[2]  # a direct plan covers the taps of its call
     if dataclasses.replace(flat, depth=depth).depth_in_place:
         # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
-        # the same, winrs_backward_filter_3d); where that plan would not read in place, the copies' plan. Layers
+        # the same, _ffi.DEPTH_TARGET); where that plan would not read in place, the copies' plan. Layers
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packing = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
         shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
@@ -774,7 +775,7 @@ def plan_depth_in_place(
     strides: tuple[int, int] = (1, 1),
 ) -> Plan:  # fmt: skip
     """The plan of the 2D problem of a 3D layer whose X the kernels read in place: `packing` of its `taps` depth
-    taps (of in_c channels each) per problem, all problems in one launch, as the winrs_backward_filter_3d handler
+    taps (of in_c channels each) per problem, all problems in one launch, as the _ffi.DEPTH_TARGET handler
     derives it. reads_depth_in_place is False where its kernels cannot, and beyond one launch's problems (the
     copies' launches split them)."""
     problems = -(-taps // packing)
