@@ -258,3 +258,64 @@ def test_strided_segments_keep_the_chain_bound():
     plan = winrs_jax.plan(x, w, (2, 1), ((1, 1), (1, 1)), dimension_numbers=NHWC, options=options)
     assert plan.supported and not plan.phases and not plan.atomic
     assert plan.chain <= 8 and plan.segments <= plan.buckets * plan.chain, str(plan)
+
+
+def _random_layer(seed: int):
+    """A strided 1D, 2D or 3D layer drawn to mostly reach the in-place tile: channels in multiples of 8, the last
+    filter axis 3 or 5-7 wide, column stride 1 or 2 (another axis strided when it is 1), padding under the
+    window, channels-last or channels-first."""
+    r = np.random.default_rng(seed)
+    rank = int(r.choice([1, 2, 2, 3]))
+    layouts = {1: ["NWC"], 2: ["NHWC", "NCHW"], 3: ["NDHWC", "NCDHW"]}[rank]
+    lhs = layouts[int(r.integers(len(layouts)))]
+    rhs = {"NWC": "WIO", "NHWC": "HWIO", "NCHW": "OIHW", "NDHWC": "DHWIO", "NCDHW": "OIDHW"}[lhs]
+    window = [int(r.integers(1, 4)) for _ in range(rank - 1)] + [int(r.choice([3, 5, 6, 7]))]
+    strides = [int(r.integers(1, 4)) for _ in range(rank - 1)] + [int(r.integers(1, 3))]
+    if all(s == 1 for s in strides):
+        strides[int(r.integers(rank))] = 2
+    spatial = [int(r.integers(w, w + 12)) for w in window]
+    pads = tuple((int(r.integers(0, w)), int(r.integers(0, w))) for w in window)
+    n, c, k = int(r.integers(1, 3)), int(r.choice([8, 16, 32, 48, 72])), int(r.choice([8, 16, 40, 64, 136]))
+    sizes = dict(zip("NC", (n, c), strict=True))
+    x_shape = tuple(
+        sizes[a] if a in "NC" else spatial[[b for b in lhs if b not in "NC"].index(a)] for a in lhs
+    )
+    dims = dict(zip("OI", (k, c), strict=True))
+    w_shape = tuple(dims[a] if a in "OI" else window[[b for b in rhs if b not in "OI"].index(a)] for a in rhs)
+    dtype = (jnp.bfloat16, jnp.float16)[int(r.integers(2))]
+    return x_shape, w_shape, (lhs, rhs, lhs), tuple(strides), pads, dtype
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_strided_layers_match_float64(seed):
+    """Randomly drawn strided layers (fixed seeds; a review fuzzed 870 such on the CPU, all correct) against the
+    float64 gradient, in place or through DWM's pieces, whichever the planner takes."""
+    x_shape, w_shape, dn, strides, pads, dtype = _random_layer(seed)
+    r = np.random.default_rng(1000 + seed)
+    x = jnp.asarray(r.standard_normal(x_shape), dtype)
+    w = jnp.zeros(w_shape, dtype)
+    out = jax.eval_shape(lambda: lax.conv_general_dilated(x, w, strides, pads, dimension_numbers=dn))
+    dy = jnp.asarray(r.standard_normal(out.shape), dtype)
+    dw = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=strides,
+                                   padding=pads, dimension_numbers=dn))(x, dy)  # fmt: skip
+    lhs, rhs, _ = dn
+    to_last = lambda a, spec: np.moveaxis(np.asarray(a, np.float64), spec.index("C"), -1)  # noqa: E731
+    x_cl, dy_cl = to_last(x, lhs), to_last(dy, lhs)
+    window = tuple(w_shape[rhs.index(a)] for a in rhs if a not in "OI")
+    expected = reference_general_filter_grad(x_cl, dy_cl, window, strides, pads)  # K x spatial x C
+    expected = np.transpose(
+        expected, [(["O", *[a for a in rhs if a not in "OI"], "I"]).index(a) for a in rhs]
+    )
+    np.testing.assert_allclose(np.asarray(dw, np.float64), expected, rtol=float(jnp.finfo(dtype).eps) / 2,
+                               atol=1e-5 * max(np.abs(expected).max(), 1e-30))  # fmt: skip
+
+
+def test_random_strided_layers_mostly_read_in_place():
+    """The draw above reaches the in-place tile on most seeds (else the test above would check only the pieces)."""
+    in_place = 0
+    for seed in range(24):
+        x_shape, w_shape, dn, strides, pads, dtype = _random_layer(seed)
+        plan = winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(w_shape, dtype), strides,
+                              pads, dimension_numbers=dn)  # fmt: skip
+        in_place += plan.supported and not plan.phases and (plan.strides != (1, 1) or plan.depth_in_place)
+    assert in_place >= 12, in_place
