@@ -213,6 +213,18 @@ SUITE_STRIDED = [
     dataclasses.replace(Shape.conv1d(32, 16000, 256, 4, "audio conv1d k=4 s2"), stride=2),
 ]
 
+# Strided 3D layers held out from tuning (issue 9; the 3D suite's two strided layers tuned the strided tile's
+# segments and packing, twenty-eighth stop): nnU-Net's encoder downsampling at three depths, a 16-channel medical
+# volume, 3D ResNet-18's conv4_1 and a video layer of 112 x 112 frames.
+SUITE_STRIDED_3D = [
+    dataclasses.replace(Shape.cube(2, (128, 128, 128), 32, 64, 3, "nnU-Net stage 1->2 s2"), stride=2),
+    dataclasses.replace(Shape.cube(2, (64, 64, 64), 64, 128, 3, "nnU-Net stage 2->3 s2"), stride=2),
+    dataclasses.replace(Shape.cube(2, (32, 32, 32), 128, 256, 3, "nnU-Net stage 3->4 s2"), stride=2),
+    dataclasses.replace(Shape.cube(2, (96, 96, 96), 16, 32, 3, "medical 16->32 s2"), stride=2),
+    dataclasses.replace(Shape.cube(8, (8, 28, 28), 128, 256, 3, "3D ResNet-18 conv4_1 s2"), stride=2),
+    dataclasses.replace(Shape.cube(4, (16, 112, 112), 32, 64, 3, "video 112x112 s2"), stride=2),
+]
+
 # Dilated layers (issue 9): DeepLab-v3 ASPP branches at output stride 16, WaveNet-style dilated 1D.
 SUITE_DILATED = [
     dataclasses.replace(Shape(16, 33, 33, 512, 256, 3, 3, "ASPP rate 6"), dilation=6),
@@ -249,6 +261,7 @@ SUITES = {
     "real": REAL_SUITE,
     "3d": SUITE_3D,
     "strided": SUITE_STRIDED,
+    "strided3d": SUITE_STRIDED_3D,
     "dilated": SUITE_DILATED,
     "grouped": SUITE_GROUPED,
     "small": SMALL_SUITE,
