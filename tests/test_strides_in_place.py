@@ -20,8 +20,9 @@ NDHWC = ("NDHWC", "DHWIO", "NDHWC")
 
 # x shape, output channels, filter, strides, padding: ResNet's 3x3 stride 2 (even and odd maps), stride 2 in
 # columns only and in rows only, row strides 3 and 4 (any row stride reads in place), one-sided and uneven
-# padding, a 6- and a 5-wide filter (two column tiles, the second past the filter), a 1D layer, and 3D layers
-# strided in all three axes (16 channels: taps packed into the channels) or in height and width only.
+# padding, a 6- and a 5-wide filter (two column tiles, the second past the filter), a 1D layer, more than 64
+# channels on both sides (the 128 x 128 block), 24 -> 72 channels on a 3x6 filter at strides (3, 2), and 3D layers
+# strided in all three axes (16 and 32 channels: taps packed into the channels) or in height and width only.
 CASES = [
     ((2, 10, 12, 32), 64, (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((2, 9, 11, 16), 16, (3, 3), (2, 2), ((1, 1), (1, 1))),
