@@ -320,3 +320,13 @@ def test_random_strided_layers_mostly_read_in_place():
                               pads, dimension_numbers=dn)  # fmt: skip
         in_place += plan.supported and not plan.phases and (plan.strides != (1, 1) or plan.depth_in_place)
     assert in_place >= 12, in_place
+
+
+def test_row_strides_on_the_wide_block_keep_the_pieces():
+    """The 128 x 128 block reads strides in place only in the form the GPU tests run (column stride 2, a width a
+    multiple of 3): row strides alone on more than 64 channels on both sides keep DWM's pieces."""
+    x = jax.ShapeDtypeStruct((2, 12, 12, 128), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((3, 3, 128, 128), jnp.bfloat16)
+    rows = winrs_jax.plan(x, w, (2, 1), ((1, 1), (1, 1)), dimension_numbers=NHWC)
+    both = winrs_jax.plan(x, w, (2, 2), ((1, 1), (1, 1)), dimension_numbers=NHWC)
+    assert rows.supported and rows.phases and not both.phases and both.work_tile == (3, 128, 128, 1)

@@ -357,8 +357,8 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
     plan.reason =
         "strides (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) +
         ") are read in place only by the direct kernel's filter-row tile: 16-bit types, column "
-        "stride 1 or 2, filter widths of 3 or from 5 (a multiple of 3 above 64 channels on both sides), "
-        "channels in 16-byte pieces";
+        "stride 1 or 2, filter widths of 3 or from 5, channels in 16-byte pieces (above 64 on both sides: "
+        "column stride 2 and widths a multiple of 3)";
     return plan;
   }
   if (!p.strided() && !has_winograd_divisor(p.filter_w)) {
