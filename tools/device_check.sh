@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided3d|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -77,7 +77,7 @@ for stage in "$@"; do
     bench-real) bench bench-real --suite real ${BENCH_ARGS:-} ;;
     bench-3d) bench bench-3d --suite 3d ${BENCH_ARGS:-} ;;
     bench-strided) bench bench-strided --suite strided ${BENCH_ARGS:-} ;;
-    bench-strided3d) bench bench-strided3d --suite strided3d ${BENCH_ARGS:-} ;;
+    bench-strided-heldout) bench bench-strided-heldout --suite strided-heldout ${BENCH_ARGS:-} ;;
     bench-dilated) bench bench-dilated --suite dilated ${BENCH_ARGS:-} ;;
     bench-grouped) bench bench-grouped --suite grouped ${BENCH_ARGS:-} ;;
     resnet)

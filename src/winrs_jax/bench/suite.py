@@ -213,16 +213,21 @@ SUITE_STRIDED = [
     dataclasses.replace(Shape.conv1d(32, 16000, 256, 4, "audio conv1d k=4 s2"), stride=2),
 ]
 
-# Strided 3D layers held out from tuning (issue 9; the 3D suite's two strided layers tuned the strided tile's
-# segments and packing, twenty-eighth stop): nnU-Net's encoder downsampling at three depths, a 16-channel medical
-# volume, 3D ResNet-18's conv4_1 and a video layer of 112 x 112 frames.
-SUITE_STRIDED_3D = [
+# Strided layers held out from tuning (issue 9; the 3D suite's two strided layers set the strided tile's segments
+# and packing, twenty-eighth stop): nnU-Net's encoder downsampling at three depths, a 16-channel medical volume,
+# 3D ResNet-18's conv4_1, a video layer of 112 x 112 frames; ResNet-18's 2D downsampling 3x3 layers at batch 128,
+# a 2D U-Net's and wav2vec 2.0's feature encoder's k=3 stride-2 convolution.
+SUITE_STRIDED_HELD_OUT = [
     dataclasses.replace(Shape.cube(2, (128, 128, 128), 32, 64, 3, "nnU-Net stage 1->2 s2"), stride=2),
     dataclasses.replace(Shape.cube(2, (64, 64, 64), 64, 128, 3, "nnU-Net stage 2->3 s2"), stride=2),
     dataclasses.replace(Shape.cube(2, (32, 32, 32), 128, 256, 3, "nnU-Net stage 3->4 s2"), stride=2),
     dataclasses.replace(Shape.cube(2, (96, 96, 96), 16, 32, 3, "medical 16->32 s2"), stride=2),
     dataclasses.replace(Shape.cube(8, (8, 28, 28), 128, 256, 3, "3D ResNet-18 conv4_1 s2"), stride=2),
     dataclasses.replace(Shape.cube(4, (16, 112, 112), 32, 64, 3, "video 112x112 s2"), stride=2),
+    dataclasses.replace(Shape(128, 56, 56, 64, 128, 3, 3, "ResNet-18 conv3_1 3x3 s2"), stride=2),
+    dataclasses.replace(Shape(128, 28, 28, 128, 256, 3, 3, "ResNet-18 conv4_1 3x3 s2"), stride=2),
+    dataclasses.replace(Shape(16, 128, 128, 64, 128, 3, 3, "U-Net 2D downsampling s2"), stride=2),
+    dataclasses.replace(Shape(32, 1, 8000, 512, 512, 1, 3, "wav2vec 2.0 conv k=3 s2"), stride=2),
 ]
 
 # Dilated layers (issue 9): DeepLab-v3 ASPP branches at output stride 16, WaveNet-style dilated 1D.
@@ -261,7 +266,7 @@ SUITES = {
     "real": REAL_SUITE,
     "3d": SUITE_3D,
     "strided": SUITE_STRIDED,
-    "strided3d": SUITE_STRIDED_3D,
+    "strided-heldout": SUITE_STRIDED_HELD_OUT,
     "dilated": SUITE_DILATED,
     "grouped": SUITE_GROUPED,
     "small": SMALL_SUITE,
