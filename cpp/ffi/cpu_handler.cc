@@ -87,62 +87,23 @@ struct Pool {
   }
 };
 
-// Both WinRS targets: the operator that `decode` makes of the call, run by the CPU executor.
-template <typename Decode>
-ffi::Error backward_filter_on_cpu(const char* target, ffi::ThreadPool& pool, ffi::AnyBuffer& input,
-                                  ffi::AnyBuffer& out_grad, ffi::ResultBuffer<ffi::F32>& filter_grad,
-                                  ffi::ResultBuffer<ffi::F32>& workspace, Decode&& decode) {
-  return run_call<BackwardFilterOp>(target, decode, [&](const BackwardFilterOp& op) {
-    std::string error;
-    cpu::backward_filter(
-        op,
-        {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(), workspace->typed_data()},
-        Pool{&pool, &error});
-    return error;
-  });
-}
-
-// One target's handler: Attrs (PlanAttrs, or PlanAttrsV1 of the target before strides) upgraded to PlanAttrs.
-template <class Attrs>
-ffi::Error backward_filter_cpu(const char* target, ffi::ThreadPool pool, ffi::AnyBuffer input,
-                               ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
-                               ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
-  return backward_filter_on_cpu(
-      target, pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
-        return decode_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
+// Every WinRS target (handlers.h: the current ones and those before the strides, Attrs their attributes):
+// the operator decode_target makes of the call, run by the CPU executor.
+template <const char* Target, class Attrs>
+ffi::Error backward_filter_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
+                               ffi::ResultBuffer<ffi::F32> filter_grad, ffi::ResultBuffer<ffi::F32> workspace,
+                               Attrs attrs) {
+  return run_call<BackwardFilterOp>(
+      Target,
+      [&](BackwardFilterOp* op) { return decode_target(input, out_grad, filter_grad, workspace, attrs, op); },
+      [&](const BackwardFilterOp& op) {
+        std::string error;
+        cpu::backward_filter(op,
+                             {input.untyped_data(), out_grad.untyped_data(), filter_grad->typed_data(),
+                              workspace->typed_data()},
+                             Pool{&pool, &error});
+        return error;
       });
-}
-
-// A 3D layer read in place (launch.h, decode_depth_call): the same executor, X addressed by depth slice.
-template <class Attrs>
-ffi::Error backward_filter_3d_cpu(const char* target, ffi::ThreadPool pool, ffi::AnyBuffer input,
-                                  ffi::AnyBuffer out_grad, ffi::ResultBuffer<ffi::F32> filter_grad,
-                                  ffi::ResultBuffer<ffi::F32> workspace, const Attrs& attrs) {
-  return backward_filter_on_cpu(
-      target, pool, input, out_grad, filter_grad, workspace, [&](BackwardFilterOp* op) {
-        return decode_depth_call(input, out_grad, filter_grad, workspace, upgrade(attrs), op);
-      });
-}
-
-ffi::Error backward_filter_v2_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                  ffi::ResultBuffer<ffi::F32> filter_grad,
-                                  ffi::ResultBuffer<ffi::F32> workspace, PlanAttrs attrs) {
-  return backward_filter_cpu(kTarget, pool, input, out_grad, filter_grad, workspace, attrs);
-}
-ffi::Error backward_filter_v1_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                  ffi::ResultBuffer<ffi::F32> filter_grad,
-                                  ffi::ResultBuffer<ffi::F32> workspace, PlanAttrsV1 attrs) {
-  return backward_filter_cpu(kTargetV1, pool, input, out_grad, filter_grad, workspace, attrs);
-}
-ffi::Error backward_filter_3d_v2_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                     ffi::ResultBuffer<ffi::F32> filter_grad,
-                                     ffi::ResultBuffer<ffi::F32> workspace, DepthAttrs attrs) {
-  return backward_filter_3d_cpu(kDepthTarget, pool, input, out_grad, filter_grad, workspace, attrs);
-}
-ffi::Error backward_filter_3d_v1_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
-                                     ffi::ResultBuffer<ffi::F32> filter_grad,
-                                     ffi::ResultBuffer<ffi::F32> workspace, DepthAttrsV1 attrs) {
-  return backward_filter_3d_cpu(kDepthTargetV1, pool, input, out_grad, filter_grad, workspace, attrs);
 }
 
 ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, ffi::AnyBuffer out_grad,
@@ -164,41 +125,22 @@ ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, f
 }  // namespace
 }  // namespace winrs::ffi_glue
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterCpu, winrs::ffi_glue::backward_filter_v2_cpu,
-                              (ffi::Ffi::Bind()
-                                   .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Attrs<winrs::ffi_glue::PlanAttrs>()));
+// The handler symbol of one WinRS target (module.cc registers each under its name).
+#define WINRS_BACKWARD_FILTER_SYMBOL(symbol, target, attrs)                                            \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                                       \
+      symbol, (winrs::ffi_glue::backward_filter_cpu<winrs::ffi_glue::target, winrs::ffi_glue::attrs>), \
+      (ffi::Ffi::Bind()                                                                                \
+           .Ctx<ffi::ThreadPool>()                                                                     \
+           .Arg<ffi::AnyBuffer>()                                                                      \
+           .Arg<ffi::AnyBuffer>()                                                                      \
+           .Ret<ffi::Buffer<ffi::F32>>()                                                               \
+           .Ret<ffi::Buffer<ffi::F32>>()                                                               \
+           .Attrs<winrs::ffi_glue::attrs>()))
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilterV1Cpu, winrs::ffi_glue::backward_filter_v1_cpu,
-                              (ffi::Ffi::Bind()
-                                   .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Attrs<winrs::ffi_glue::PlanAttrsV1>()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dCpu, winrs::ffi_glue::backward_filter_3d_v2_cpu,
-                              (ffi::Ffi::Bind()
-                                   .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Attrs<winrs::ffi_glue::DepthAttrs>()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsBackwardFilter3dV1Cpu, winrs::ffi_glue::backward_filter_3d_v1_cpu,
-                              (ffi::Ffi::Bind()
-                                   .Ctx<ffi::ThreadPool>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Arg<ffi::AnyBuffer>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                   .Attrs<winrs::ffi_glue::DepthAttrsV1>()));
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterCpu, kTarget, PlanAttrs);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dCpu, kDepthTarget, DepthAttrs);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterV1Cpu, kTargetV1, PlanAttrsV1);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dV1Cpu, kDepthTargetV1, DepthAttrsV1);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WinrsGroupedFilterGradCpu, winrs::ffi_glue::grouped_filter_grad_cpu,
                               (ffi::Ffi::Bind()

@@ -8,6 +8,7 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "winrs/operator.h"
 #include "xla/ffi/api/ffi.h"
@@ -227,6 +228,19 @@ std::string decode_depth_call(const xla::ffi::AnyBuffer& input, const xla::ffi::
   return check_workspace(workspace, *op);
 }
 
+// The call of any backward-filter target from its attributes (PlanAttrs or DepthAttrs, or the V1 ones of the
+// targets before the strides, upgraded): decode_call or decode_depth_call.
+template <typename Ret, class Attrs>
+std::string decode_target(const xla::ffi::AnyBuffer& input, const xla::ffi::AnyBuffer& out_grad,
+                          Ret& filter_grad, Ret& workspace, const Attrs& attrs, BackwardFilterOp* op) {
+  const auto& a = upgrade(attrs);
+  if constexpr (std::is_same_v<std::decay_t<decltype(a)>, DepthAttrs>) {
+    return decode_depth_call(input, out_grad, filter_grad, workspace, a, op);
+  } else {
+    return decode_call(input, out_grad, filter_grad, workspace, a, op);
+  }
+}
+
 // One FFI call of `target`, the frame of every handler: decode(&op) says what is wrong with the call
 // (InvalidArgument), run(op) what failed while running it (Internal); both "" on success. No C++ exception
 // leaves it: one becomes an Internal error naming the target.
@@ -271,18 +285,14 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrs, WINRS_PLAN_ATT
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrsV1, WINRS_PLAN_ATTR_V1_MEMBERS);
 
-// DepthAttrs: the plan's members (brace elision fills DepthAttrs::plan), then the depth's.
+// DepthAttrs (and DepthAttrsV1): the plan's members (brace elision fills DepthAttrs::plan), then the depth's.
+#define WINRS_DEPTH_ATTR_MEMBERS                                                                           \
+  ::xla::ffi::StructMember<int64_t>("in_depth"), ::xla::ffi::StructMember<int64_t>("out_depth"),           \
+      ::xla::ffi::StructMember<int64_t>("depth_stride"),                                                   \
+      ::xla::ffi::StructMember<int64_t>("depth_dilation"), ::xla::ffi::StructMember<int64_t>("depth_pad"), \
+      ::xla::ffi::StructMember<int64_t>("filter_depth")
+
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_ATTR_MEMBERS,
-                                      ::xla::ffi::StructMember<int64_t>("in_depth"),
-                                      ::xla::ffi::StructMember<int64_t>("out_depth"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_stride"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_dilation"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_pad"),
-                                      ::xla::ffi::StructMember<int64_t>("filter_depth"));
+                                      WINRS_DEPTH_ATTR_MEMBERS);
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrsV1, WINRS_PLAN_ATTR_V1_MEMBERS,
-                                      ::xla::ffi::StructMember<int64_t>("in_depth"),
-                                      ::xla::ffi::StructMember<int64_t>("out_depth"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_stride"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_dilation"),
-                                      ::xla::ffi::StructMember<int64_t>("depth_pad"),
-                                      ::xla::ffi::StructMember<int64_t>("filter_depth"));
+                                      WINRS_DEPTH_ATTR_MEMBERS);

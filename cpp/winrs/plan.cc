@@ -158,6 +158,18 @@ int64_t chain_limit(const Problem& p, const KernelPair& pair, const PlanOptions&
 // modelled time: whole waves of one block per SM, each block's steps (its images x rows x K-blocks of its
 // pieces) and fixed work, and the atomic adds of each segment's |dW|; at most `z_limit` segments. No
 // segment shape when no column width has pieces (the launch runs the filter-row tile then).
+//
+// The model's time, in steps of `step_seconds`, of `segments` segments of `tiles` blocks each (all problems')
+// on `slots` resident blocks: whole waves of a block's `steps` and its fixed work, and with atomic adds each
+// problem's and segment's |dW| added at kAtomicAddsPerSecond. window_segments and taps_segments minimise it.
+double segments_cost(const Problem& p, const PlanOptions& options, double problems, double tiles,
+                     double slots, int64_t segments, double steps, double step_seconds) {
+  double cost = std::ceil(double(segments) * tiles / slots) * (steps + kWindowBlockSteps);
+  if (options.atomic)
+    cost += problems * double(segments) * double(p.filter_elems()) / kAtomicAddsPerSecond / step_seconds;
+  return cost;
+}
+
 bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions& options, int64_t z_limit,
                      SegmentGrid* grid) {
   const double problems = double(std::max(1, options.problems));  // each with its own blocks and dW
@@ -171,12 +183,9 @@ bool window_segments(const Problem& p, const KernelPair& pair, const PlanOptions
     if (width == 0) continue;
     const double row_blocks = double(p.out_w / cols / width * window_piece_blocks(width));
     for (int64_t parts = 1; parts <= p.batch && parts * cols <= z_limit; ++parts) {
-      const double blocks = double(parts * cols) * tiles;
       const double steps = std::ceil(double(ceil_div(p.batch, parts) * p.out_h) * row_blocks / 4);
-      double cost = std::ceil(blocks / slots) * (steps + kWindowBlockSteps);
-      if (options.atomic)
-        cost += problems * double(parts * cols) * double(p.filter_elems()) / kAtomicAddsPerSecond /
-                kWindowStepSeconds;
+      const double cost =
+          segments_cost(p, options, problems, tiles, slots, parts * cols, steps, kWindowStepSeconds);
       if (cost < best * (1 - 1e-9)) {
         best = cost;
         best_width = p.out_w / cols;
@@ -211,9 +220,7 @@ void taps_segments(const Problem& p, const KernelPair& pair, const PlanOptions& 
       if (z > z_limit || (z < z_min && z < p.batch * p.out_h)) continue;
       const double steps =
           std::ceil(double(ceil_div(p.batch, parts) * rows) * row_positions / kTapsStepPositions);
-      double cost = std::ceil(double(z) * tiles / slots) * (steps + kWindowBlockSteps);
-      if (options.atomic)
-        cost += problems * double(z) * double(p.filter_elems()) / kAtomicAddsPerSecond / kTapsStepSeconds;
+      const double cost = segments_cost(p, options, problems, tiles, slots, z, steps, kTapsStepSeconds);
       if (cost < best * (1 - 1e-9)) {
         best = cost;
         best_h = seg_h;
