@@ -743,13 +743,12 @@ def _layer_plan(
         # X read in place: the taps share one launch, which the plan fills with all of them (the handler plans
         # the same, _ffi.DEPTH_TARGET); where that plan would not read in place, the copies' plan. Layers
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
-        packing = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
-        shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads, flat.path,
-                                     flat.reference, options, taps, packing, flat.strides)  # fmt: skip
-        if packing > 1 and not shared.reads_depth_in_place:
-            packing = 1
+        packed = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
+        for packing in dict.fromkeys((packed, 1)):  # packed where that plan reads in place, else unpacked
             shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads,
                                          flat.path, flat.reference, options, taps, packing, flat.strides)  # fmt: skip
+            if shared.reads_depth_in_place:
+                break
         if shared.reads_depth_in_place:
             taps = -(-taps // packing)
             flat = dataclasses.replace(shared, channels=flat.channels, depth_packing=packing)
