@@ -2,12 +2,14 @@
 
 python tools/bench_tables.py summary docs/bench-h100-*.jsonl
 python tools/bench_tables.py rows docs/bench-h100-3d.jsonl
+python tools/bench_tables.py latest $(cat docs/latest-runs.txt)   # the README's table: each suite's newest run
 """
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,12 +80,63 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+SUITES = ("paper", "real", "3d", "strided", "strided3d", "strided-heldout", "dilated", "grouped")
+DTYPES = (
+    ("f32_highest", "float32 HIGHEST"),
+    ("f32_default", "float32 DEFAULT"),
+    ("bf16", "bfloat16"),
+    ("f16", "float16"),
+)
+
+
+def _added(path: str) -> str:
+    """The date (YYYY-MM-DD) of the commit that added path; "" for a file git does not track."""
+    out = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%cs", "--", path], capture_output=True, text=True
+    ).stdout.split()
+    return out[-1] if out else ""
+
+
+def latest(paths: list[str]) -> str:
+    """One row per suite, one column per dtype: each cell from the last of `paths` that holds that suite and
+    dtype (forced WinRS, auto and PyTorch against XLA as geomeans; the date its rows were committed)."""
+    newest: dict[tuple[str, str], tuple[str, list[dict]]] = {}
+    for path in paths:
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for row in _load([path]):
+            groups.setdefault((row["suite"], row["dtype"]), []).append(row)
+        for key, group in groups.items():
+            newest[key] = (_added(path), group)
+    out = ["| suite | " + " | ".join(name for _, name in DTYPES) + " |", "|---" * (len(DTYPES) + 1) + "|"]
+    for suite in SUITES:
+        runs = {dtype: newest[(suite, dtype)] for dtype, _ in DTYPES if (suite, dtype) in newest}
+        if not runs:
+            continue
+        layers = max(len(group) for _, group in runs.values())
+        cells = []
+        for dtype, _ in DTYPES:
+            if dtype not in runs:
+                cells.append("-")
+                continue
+            date, group = runs[dtype]
+            torch = [r["speedup_torch"] for r in group if r.get("speedup_torch")]
+            cells.append(
+                f"**{_geomean([r['speedup'] for r in group]):.2f}x**, auto "
+                f"{_geomean([r['speedup_auto'] for r in group]):.2f}x"
+                + (f", {_geomean(torch):.2f}x PyTorch" if torch else "")
+                + f" ({date or 'not committed'}"
+                + (f", {len(group)} layers)" if len(group) != layers else ")")
+            )
+        out.append(f"| {suite} ({layers} layers) | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("summary", "rows"):
+    commands = {"summary": lambda a: summary(_load(a)), "rows": lambda a: table(_load(a)), "latest": latest}
+    if len(argv) < 2 or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
-    rows = _load(argv[1:])
-    print(summary(rows) if argv[0] == "summary" else table(rows))
+    print(commands[argv[0]](argv[1:]))
     return 0
 
 
