@@ -528,3 +528,23 @@ def test_1d_operands_reach_the_kernel_without_copies(rng, groups, rhs_shape, ens
     expected = theirs(x, dy)
     np.testing.assert_allclose(jax.jit(ours)(x, dy).astype(jnp.float32), expected, rtol=2e-2,
                                atol=1e-2 * float(jnp.abs(expected).max()))  # bfloat16 dW: 8 bits  # fmt: skip
+
+
+def test_plan_takes_what_conv_takes():
+    """plan() of NumPy float64 arrays or nested lists is the plan of what conv makes of them (float32 unless
+    jax_enable_x64 is on), as conv's own jnp.asarray would give; it had called float64 NumPy inputs
+    unsupported while conv ran WinRS on them, and had failed on lists."""
+    rng = np.random.default_rng(0)
+    x, w = rng.random((2, 8, 8, 4)), rng.random((3, 3, 4, 6))  # float64
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    expected = winrs_jax.plan(
+        jax.ShapeDtypeStruct(x.shape, jnp.float32), jax.ShapeDtypeStruct(w.shape, jnp.float32), (1, 1), "SAME",
+        dimension_numbers=NHWC, options=options,
+    )  # fmt: skip
+    assert expected.supported
+    for lhs, rhs in ((x, w), (x.tolist(), w.tolist())):
+        plan = winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC, options=options)
+        assert str(plan) == str(expected)
+        hlo = _hlo(functools.partial(_grads, winrs_jax.conv, window_strides=(1, 1), padding="SAME",
+                                     dimension_numbers=NHWC, options=options), lhs, rhs)  # fmt: skip
+        assert "winrs_backward_filter" in hlo

@@ -16,6 +16,14 @@ from winrs_jax.geometry import ConvSpec, Padding, make_spec
 from winrs_jax.planner import Plan, PlannerOptions, make_plan
 
 
+def _shape_dtype(a: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype conv's jnp.asarray gives `a`, without moving its data: a NumPy float64 array or a
+    list of Python floats is float32 unless jax_enable_x64 is on."""
+    if not (hasattr(a, "shape") and hasattr(a, "dtype")):  # a list or a scalar
+        a = np.asarray(a)
+    return tuple(a.shape), jax.dtypes.canonicalize_dtype(a.dtype)
+
+
 def _xla_conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, out_sharding: Any = None) -> jax.Array:
     return lax.conv_general_dilated(lhs, rhs, **spec.lax_kwargs(), out_sharding=out_sharding)
 
@@ -116,21 +124,21 @@ def plan(
     out_sharding: Any = None,
     options: PlannerOptions | None = None,
 ) -> Plan:
-    """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs.
-    In mode "auto" it includes the measured choice (measuring now when the layer is new). (out_sharding is
-    accepted for symmetry with conv; it does not change the plan.)"""
+    """The plan conv(lhs, rhs, ...) uses for its filter gradient; lhs and rhs may be jax.ShapeDtypeStructs, or
+    anything conv takes (arrays, NumPy arrays, nested lists). In mode "auto" it includes the measured choice
+    (measuring now when the layer is new). (out_sharding is accepted for symmetry with conv; it does not change
+    the plan.)"""
+    (lhs_shape, lhs_dtype), (rhs_shape, rhs_dtype) = _shape_dtype(lhs), _shape_dtype(rhs)
     spec = make_spec(
-        np.shape(lhs), np.shape(rhs), lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
+        lhs_shape, rhs_shape, lhs_dtype, rhs_dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
-    plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options)
+    plan = make_plan(lhs_shape, rhs_shape, lhs_dtype, spec, options)
     if not plan.supported:
         return plan
     mode = choice.current_mode(options.mode if options else None)
-    winrs, decision, chosen = choice.choose(
-        plan, np.shape(lhs), np.shape(rhs), lhs.dtype, spec, options, mode
-    )
+    winrs, decision, chosen = choice.choose(plan, lhs_shape, rhs_shape, lhs_dtype, spec, options, mode)
     if chosen is not options:  # an alternative path measured faster
-        plan = make_plan(np.shape(lhs), np.shape(rhs), lhs.dtype, spec, chosen)
+        plan = make_plan(lhs_shape, rhs_shape, lhs_dtype, spec, chosen)
     text = decision.describe() if decision else ("WinRS" if winrs else "XLA") + f" (mode {mode})"
     return dataclasses.replace(plan, mode=mode, choice=text, runs_winrs=winrs)
