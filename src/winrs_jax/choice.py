@@ -72,8 +72,14 @@ def mode(name: str) -> Iterator[None]:
 
 
 def current_mode(forced: str | None = None) -> str:
-    """PlannerOptions.mode, else the innermost winrs_jax.mode(...), else $WINRS_JAX_MODE, else "auto"."""
-    return _check_mode(forced or _MODE.get() or os.environ.get("WINRS_JAX_MODE") or "auto")
+    """PlannerOptions.mode, else the innermost winrs_jax.mode(...), else $WINRS_JAX_MODE (in any case), else
+    "auto"."""
+    if forced or _MODE.get():
+        return _check_mode(forced or _MODE.get())
+    env = os.environ.get("WINRS_JAX_MODE", "")
+    if env.strip().lower() not in ("", *MODES):
+        raise ValueError(f"the environment variable WINRS_JAX_MODE must be one of {MODES}, got {env!r}")
+    return env.strip().lower() or "auto"
 
 
 @dataclasses.dataclass(frozen=True)
