@@ -53,6 +53,26 @@ def test_bad_input_raises_at_trace_time(call, error, message):
 
 
 @pytest.mark.parametrize(
+    "kwargs",
+    [dict(padding="SAM"), dict(padding=((1, 1),)), dict(rhs_dilation=(0, 1)), dict(lhs_dilation=(1, -1),
+     padding=((1, 1), (1, 1))), dict(window_strides=(0, 1)), dict(feature_group_count=3)],
+    ids=["padding-typo", "padding-length", "zero-rhs-dilation", "negative-lhs-dilation", "zero-stride",
+         "groups"],
+)  # fmt: skip
+@pytest.mark.filterwarnings("ignore:divide by zero")  # lax's own shape rule on a zero stride
+def test_bad_input_raises_what_lax_raises(kwargs):
+    """Code that catches lax's exception catches winrs_jax's too (a padding typo is a RuntimeError in lax, a
+    non-positive dilation or a wrong number of pads a TypeError); winrs_jax's are ValueErrors as well."""
+    args = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC) | kwargs
+    lhs, rhs = jnp.zeros((2, 8, 8, 4)), jnp.zeros((3, 3, 4, 4))
+    with pytest.raises(Exception) as lax_error:
+        jax.jit(lambda x, w: jax.lax.conv_general_dilated(x, w, **args)).lower(lhs, rhs)
+    with pytest.raises(ValueError) as ours:
+        jax.jit(lambda x, w: winrs_jax.conv(x, w, **args)).lower(lhs, rhs)
+    assert isinstance(ours.value, type(lax_error.value)), (ours.value, lax_error.value)
+
+
+@pytest.mark.parametrize(
     "lhs_shape, rhs_shape, dtype, padding, reason",
     [
         ((2, 8, 8, 4), (3, 3, 4, 5), jnp.float32, ((-1, 1), (1, 1)), "negative padding"),

@@ -18,6 +18,16 @@ from jax import lax
 Padding = str | Sequence[tuple[int, int]]
 
 
+# Where lax.conv_general_dilated refuses an argument with another type than ValueError, winrs_jax's clearer
+# message comes as a ValueError that is also an instance of lax's type, so that code catching lax's still does.
+class ArgumentTypeError(ValueError, TypeError):
+    """A malformed convolution argument that lax refuses with a TypeError (dilations, the number of pads)."""
+
+
+class PaddingNameError(ValueError, RuntimeError):
+    """A padding string other than SAME, SAME_LOWER and VALID, which lax refuses with a RuntimeError."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvSpec:
     """The arguments of lax.conv_general_dilated other than the operands, resolved for given shapes."""
@@ -62,7 +72,10 @@ def _int_tuple(name: str, value: Sequence[int] | None, rank: int, default: int) 
             f"{name} must have {rank} entries (one per spatial dimension), got {len(out)}: {value!r}"
         )
     if any(v < 1 for v in out):
-        raise ValueError(f"{name} entries must be >= 1, got {value!r}")
+        error = (
+            ArgumentTypeError if name.endswith("dilation") else ValueError
+        )  # lax's TypeError for dilations
+        raise error(f"{name} entries must be >= 1, got {value!r}")
     return out
 
 
@@ -161,7 +174,7 @@ def make_spec(
                 "exactly specify the required padding or use conv_transpose."
             )
         if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
-            raise ValueError(
+            raise PaddingNameError(
                 f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or (low, high) pairs, got {padding!r}"
             )
         pads = tuple(
@@ -175,7 +188,9 @@ def make_spec(
                 f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence of (low, high) pairs, got {padding!r}"
             ) from e
         if len(pads) != rank:
-            raise ValueError(f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}")
+            raise ArgumentTypeError(
+                f"padding must have {rank} (low, high) pairs, got {len(pads)}: {padding!r}"
+            )
     for axis, ((lo, hi), w, size) in enumerate(zip(pads, window, in_spatial, strict=True)):
         if lo < 0 or hi < 0:
             xla_only.append(f"negative padding {(lo, hi)} on spatial axis {axis}")
