@@ -96,6 +96,7 @@ NB_MODULE(_winrs, m) {
       d["units_per_step"] = p.units_per_step;
       const winrs::AccuracyBudget budget = winrs::accuracy_budget(static_cast<winrs::Path>(i));
       d["accuracy_budget"] = nb::make_tuple(budget.mare, budget.signed_error);
+      d["accuracy_factor"] = winrs::accuracy_factor(static_cast<winrs::Path>(i));
       out.append(d);
     }
     return out;

@@ -292,7 +292,7 @@ AccuracyBudget accuracy_budget(Path reference) {
   // rounding (the direct kernel's, variants.h); on zero-mean data it is the larger of that and XLA's measured
   // median. The paper's protocol reads the direct kernel alone (on its [0, 1) inputs every kernel but alpha
   // 16 stays near it).
-  const double factor = fp32_accurate(reference) ? 4.0 : 2.0;
+  const double factor = accuracy_factor(reference);
   const KernelShape& direct = kVariants[0].shape(reference);
   return {factor * direct.mare, factor * std::max(direct.signed_error, xla_signed_error(reference))};
 }

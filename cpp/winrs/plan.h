@@ -65,6 +65,9 @@ struct AccuracyBudget {
   bool admits(const KernelShape& k) const { return k.mare <= mare && k.signed_error <= signed_error; }
 };
 AccuracyBudget accuracy_budget(Path reference);
+// The budget's multiple of XLA's error: 4 at float32 HIGHEST (the FP32-accurate paths), 2 in the
+// reduced-precision types.
+inline double accuracy_factor(Path reference) { return fp32_accurate(reference) ? 4.0 : 2.0; }
 // XLA's measured error on zero-mean inputs where it computes with the `reference` arithmetic (plan.cc).
 double xla_signed_error(Path reference);
 // Considers only variants whose errors on `path` the budget admits.
