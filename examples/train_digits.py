@@ -1,9 +1,11 @@
 """Train a small CNN on scikit-learn's digits with winrs_jax.conv, and again with lax.conv_general_dilated.
 
-Both runs start from the same parameters and see the same batches; the printed losses should agree to float32
-rounding. The plans printed first say which computes each layer's filter gradient, WinRS or XLA: by default
-the faster of the two, measured once per layer (`--mode winrs` or WINRS_JAX_MODE=winrs forces WinRS; on a
-CPU, XLA's filter gradient is usually the faster, so the default runs few layers or none on WinRS there).
+Both runs start from the same parameters and see the same batches. Where a layer's filter gradient runs WinRS, it
+differs from XLA's by float32 rounding, which training amplifies over the epochs: the printed losses agree
+closely, not to the last digit. The plans printed first say which computes each layer's filter gradient, WinRS or
+XLA: by default the faster of the two, measured once per layer (`--mode winrs` or WINRS_JAX_MODE=winrs forces
+WinRS; on a CPU, XLA's filter gradient is usually the faster, so the default runs few layers or none on WinRS
+there).
 
     python examples/train_digits.py [--epochs 8] [--mode auto|winrs|xla|model]
 """

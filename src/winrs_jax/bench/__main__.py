@@ -19,13 +19,13 @@ import jax  # noqa: E402
 from winrs_jax.bench.suite import DTYPES, SUITES, Result, Shape, measure  # noqa: E402
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else format(value, spec) + unit
 
 
 _HEAD = (
     f"{'suite':<6} {'layer':<24} {'dtype':<12} {'path':<7} {'XLA ms':>8} {'WinRS ms':>9} {'torch ms':>9} "
-    f"{'vs XLA':>7} {'auto':>5} {'vs torch':>8} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} "
+    f"{'vs XLA':>7} {'auto':>6} {'vs torch':>9} {'WinRS TF/s':>10} {'MARE WinRS':>10} {'MARE XLA':>9} "
     f"{'signed WinRS':>12} {'signed XLA':>10} {'ws MB':>7} "
     f"{'XLA tmp MB':>10}"
 )
@@ -34,8 +34,8 @@ _HEAD = (
 def _row(suite: str, r: Result) -> str:
     return (
         f"{suite:<6} {str(r.shape):<24} {r.dtype:<12} {r.path:<7} {r.xla_ms:>8.3f} {r.winrs_ms:>9.3f} "
-        f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {r.auto:>5} {_fmt(r.speedup_torch, '.2f') + 'x':>8} "
-        f"{r.tflops(r.winrs_ms):>10.1f} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
+        f"{_fmt(r.torch_ms, '9.3f'):>9} {r.speedup:>6.2f}x {r.auto:>6} {_fmt(r.speedup_torch, '.2f', 'x'):>9} "
+        f"{r.tflops(r.winrs_ms):>10.3g} {_fmt(r.winrs_mare, '10.1e'):>10} {_fmt(r.xla_mare, '9.1e'):>9} "
         f"{_fmt(r.winrs_signed_error, '12.1e'):>12} {_fmt(r.xla_signed_error, '10.1e'):>10} "
         f"{r.winrs_workspace_bytes / 2**20:>7.1f} {r.xla_temp_bytes / 2**20:>10.1f}"
     )
