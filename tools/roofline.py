@@ -27,9 +27,10 @@ thread; --accumulators 49152 for three quarters of the register file), B_N = B_M
 arithmetic, barriers, the output transform, latency, and any overlap is perfect. L2's rate is the highest
 our kernels sustained (8.3 TB/s of reads, docs/benchmarks.md, seventh stop; --l2 to change it). The direct
 kernel (alpha = 1, no transforms) is bounded by the tensor peak. Memory: X and dY read once from HBM. A
-layer's bound is the best of its admissible variants (n divides the filter width; alpha <= 8, as the
-planner's accuracy budget admits in every dtype). --no-memory-terms drops the shared-memory and L2 terms
-(the twelfth stop's bound).
+layer's bound is the best of its admissible variants: n divides the filter width, and the variant's errors
+on the dtype's path are within the planner's accuracy budget (both protocols; in bfloat16 that leaves the
+direct kernel alone). --any-accuracy admits every variant up to alpha 8 instead (the bound before the
+twenty-ninth stop); --no-memory-terms drops the shared-memory and L2 terms (the twelfth stop's bound).
 
 Usage: python tools/roofline.py docs/bench-h100-paper-bf16-twelfth.jsonl [more rows ...] [--accumulators N]
 [--efficiency F] [--no-memory-terms]
@@ -58,6 +59,13 @@ HBM_BYTES_PER_S = 3.35e12
 LANES_PER_CYCLE = 128  # FP32 lanes and issue slots (4 schedulers x 32) per SM
 SMEM_BYTES_PER_CYCLE = 128  # per SM (32 banks of 4 bytes)
 L2_BYTES_PER_S = 8.3e12  # the highest read rate our kernels sustained from L2
+# The arithmetic path each dtype's bound runs, and the reference whose accuracy budget it must keep.
+PATH_AND_REFERENCE = {
+    "bf16": ("bf16", "bf16"),
+    "f16": ("fp16", "fp16"),
+    "f32_default": ("tf32", "tf32"),
+    "f32_highest": ("tf32x3", "fp32"),
+}
 MMA_FMAS_PER_CYCLE = {"bf16": 2048, "f16": 2048, "f32_default": 1024, "f32_highest": 1024 / 3}
 ACCUMULATOR_REGISTERS = 32 * 1024
 # Per element staged: conversion and shared-memory store instructions (per lane), and element bytes.
@@ -115,8 +123,18 @@ def variant_bound(
     return Bound(variant, int(round(min(bn, bm))), tflops, limit)
 
 
+def admitted(variant: int, dtype: str) -> bool:
+    """Whether the planner's accuracy budget admits the variant on the dtype's path (variants.h's measured
+    errors on both protocols against the reference's budget, as plan.cc's AccuracyBudget::admits)."""
+    names = [p["name"] for p in _winrs.paths()]
+    path, reference = PATH_AND_REFERENCE[dtype]
+    *_, mare, signed_error = _winrs.variants()[variant]["shapes"][names.index(path)]
+    budget_mare, budget_signed = _winrs.paths()[names.index(reference)]["accuracy_budget"]
+    return mare <= budget_mare and signed_error <= budget_signed
+
+
 def layer_bound(
-    row: dict, dtype: str, accumulators: int, l2_bytes_per_s: float | None
+    row: dict, dtype: str, accumulators: int, l2_bytes_per_s: float | None, any_accuracy: bool = False
 ) -> tuple[float, Bound]:
     """Fastest time (ms) the design could reach on a bench row's layer, and the bound that sets it."""
     variants = _winrs.variants()
@@ -124,7 +142,7 @@ def layer_bound(
     bounds = [
         variant_bound(v, dtype, row["COUT"], row["CIN"], accumulators, l2_bytes_per_s)
         for v, info in enumerate(variants)
-        if info["alpha"] <= 8 and filter_w % info["n"] == 0
+        if filter_w % info["n"] == 0 and (info["alpha"] <= 8 if any_accuracy else admitted(v, dtype))
     ]
     best = max(bounds, key=lambda b: b.tflops)
     flops = row["xla_tflops"] * 1e12 * row["xla_ms"] * 1e-3
@@ -160,6 +178,11 @@ def main() -> None:
         "--no-memory-terms", action="store_true", help="without the shared-memory and L2 terms"
     )
     parser.add_argument(
+        "--any-accuracy",
+        action="store_true",
+        help="every variant up to alpha 8, whether or not the accuracy budget admits it",
+    )
+    parser.add_argument(
         "--efficiency",
         type=float,
         default=1.0,
@@ -183,7 +206,7 @@ def main() -> None:
             print("|---|---|---|---|---|---|")
             reach, forced, auto = [], [], []
             for r in group:
-                bound_ms, best = layer_bound(r, dtype, args.accumulators, l2)
+                bound_ms, best = layer_bound(r, dtype, args.accumulators, l2, args.any_accuracy)
                 bound_ms /= args.efficiency
                 speed = r["xla_ms"] / bound_ms
                 reach.append(max(speed, 1.0))
