@@ -28,6 +28,13 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def _by_suite_and_dtype(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["suite"], row["dtype"]), []).append(row)
+    return groups
+
+
 def summary(rows: list[dict]) -> str:
     """One line per suite and dtype: forced WinRS and the measured `auto` choice against XLA and PyTorch."""
     out = [
@@ -35,10 +42,7 @@ def summary(rows: list[dict]) -> str:
         "| WinRS / PyTorch geomean | first auto choice, max s | cached, max ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        groups.setdefault((row["suite"], row["dtype"]), []).append(row)
-    for (suite, dtype), group in groups.items():
+    for (suite, dtype), group in _by_suite_and_dtype(rows).items():
         speedups = [r["speedup"] for r in group]
         auto = [r["speedup_auto"] for r in group]
         torch = [r["speedup_torch"] for r in group if r.get("speedup_torch")]
@@ -102,10 +106,7 @@ def latest(paths: list[str]) -> str:
     dtype (forced WinRS, auto and PyTorch against XLA as geomeans; the date its rows were committed)."""
     newest: dict[tuple[str, str], tuple[str, list[dict]]] = {}
     for path in paths:
-        groups: dict[tuple[str, str], list[dict]] = {}
-        for row in _load([path]):
-            groups.setdefault((row["suite"], row["dtype"]), []).append(row)
-        for key, group in groups.items():
+        for key, group in _by_suite_and_dtype(_load([path])).items():
             newest[key] = (_added(path), group)
     out = ["| suite | " + " | ".join(name for _, name in DTYPES) + " |", "|---" * (len(DTYPES) + 1) + "|"]
     for suite in SUITES:
