@@ -87,6 +87,9 @@ def test_mode_precedence_options_then_context_then_environment(monkeypatch):
     monkeypatch.setenv("WINRS_JAX_MODE", "sometimes")
     with pytest.raises(ValueError, match="environment variable WINRS_JAX_MODE must be one of"):
         choice.current_mode()
+    x, w = jnp.ones((1, 5, 5, 2)), jnp.ones((3, 3, 2, 2))
+    with pytest.raises(ValueError, match="WINRS_JAX_MODE"):  # at the forward pass, before any gradient
+        winrs_jax.conv(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     monkeypatch.setenv("WINRS_JAX_MODE", " Winrs ")  # as a shell may leave it
     assert choice.current_mode() == "winrs"
 

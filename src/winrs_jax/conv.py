@@ -56,6 +56,8 @@ def conv(
         lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
     )  # fmt: skip
+    # A bad $WINRS_JAX_MODE fails here, at the forward pass's trace, not first at the gradient's.
+    choice.current_mode(options.mode if options else None)
     if spec.xla_only:  # lax takes the whole call, gradients included
         return _xla_conv(lhs, rhs, spec, out_sharding)
     # out_sharding goes into the primitive, whose abstract evaluation is lax's (explicit mesh axes may need it
