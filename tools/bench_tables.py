@@ -28,6 +28,15 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def _speedups(group: list[dict]) -> tuple[list[float], list[float], list[float]]:
+    """Forced WinRS's and auto's speedups over XLA, and forced WinRS's over PyTorch where it ran."""
+    return (
+        [r["speedup"] for r in group],
+        [r["speedup_auto"] for r in group],
+        [r["speedup_torch"] for r in group if r.get("speedup_torch")],
+    )
+
+
 def _by_suite_and_dtype(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -43,9 +52,7 @@ def summary(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (suite, dtype), group in _by_suite_and_dtype(rows).items():
-        speedups = [r["speedup"] for r in group]
-        auto = [r["speedup_auto"] for r in group]
-        torch = [r["speedup_torch"] for r in group if r.get("speedup_torch")]
+        speedups, auto, torch = _speedups(group)
         out.append(
             f"| {suite} | {dtype} | {len(group)} | {_geomean(speedups):.2f}x | {min(speedups):.2f}x | "
             f"{max(speedups):.2f}x | {sum(s > 1 for s in speedups)} | {_geomean(auto):.2f}x | {min(auto):.2f}x | "
@@ -120,10 +127,9 @@ def latest(paths: list[str]) -> str:
                 cells.append("-")
                 continue
             date, group = runs[dtype]
-            torch = [r["speedup_torch"] for r in group if r.get("speedup_torch")]
+            speedups, auto, torch = _speedups(group)
             cells.append(
-                f"**{_geomean([r['speedup'] for r in group]):.2f}x**, auto "
-                f"{_geomean([r['speedup_auto'] for r in group]):.2f}x"
+                f"**{_geomean(speedups):.2f}x**, auto {_geomean(auto):.2f}x"
                 + (f", {_geomean(torch):.2f}x PyTorch" if torch else "")
                 + f" ({date or 'not committed'}"
                 + (f", {len(group)} layers)" if len(group) != layers else ")")
