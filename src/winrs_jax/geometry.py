@@ -72,9 +72,8 @@ def _int_tuple(name: str, value: Sequence[int] | None, rank: int, default: int) 
             f"{name} must have {rank} entries (one per spatial dimension), got {len(out)}: {value!r}"
         )
     if any(v < 1 for v in out):
-        error = (
-            ArgumentTypeError if name.endswith("dilation") else ValueError
-        )  # lax's TypeError for dilations
+        # lax refuses non-positive dilations with a TypeError, strides with a ValueError.
+        error = ArgumentTypeError if name.endswith("dilation") else ValueError
         raise error(f"{name} entries must be >= 1, got {value!r}")
     return out
 
