@@ -105,7 +105,7 @@ def test_inputs_lax_accepts_run_on_lax(lhs_shape, rhs_shape, dtype, padding, rea
 def _attributes(**overrides):
     attrs = dict(
         pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0, sm_count=132,
-        segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0,
+        segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0, smem_per_block=227 * 1024,
     )  # fmt: skip
     attrs.update(overrides)
     return attrs
@@ -143,6 +143,18 @@ def test_handler_accepts_consistent_planner_inputs():
         (dict(segments=4), "workspace size"),
         (dict(segments=4, buckets=1), "workspace size"),  # no buckets, but the chain's semaphores
         (dict(atomic=2), "atomic must be 0 or 1"),
+        (dict(smem_per_block=0), "shared memory per block must be from 1"),
+        (
+            dict(
+                path=1,
+                variant0=12,
+                smem_per_block=99 * 1024,
+                dw_shape=(4, 3, 9, 4),
+                x_shape=(2, 8, 22, 4),
+                dy_shape=(2, 8, 16, 4),
+            ),
+            "forced kernels need more shared memory per block",
+        ),  # alpha 16: 112 KiB
         (dict(atomic=1, buckets=1), "forced buckets and atomic adds exclude each other"),
         (dict(dw_shape=(4, 3, 3, 5)), "different input channels"),
         (dict(dy_shape=(3, 8, 8, 4)), "different batch sizes"),

@@ -285,7 +285,8 @@ def test_handler_errors_on_gpu():
 
     x = jnp.ones((2, 8, 8, 4))
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0,
-                 sm_count=132, segments=1, buckets=0, variant0=1, variant1=-1, atomic=0)  # fmt: skip
+                 sm_count=132, segments=1, buckets=0, variant0=1, variant1=-1, atomic=0,
+                 smem_per_block=227 * 1024)  # fmt: skip
     with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*forced kernels cannot tile"):
         np.asarray(_ffi.backward_filter_call(x, x, (), (4, 3, 3, 4), 0, attrs))
 

@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import mare, reference_filter_grad
+from helpers import mare, reference_filter_grad, reference_general_filter_grad
 
 import winrs_jax
 from winrs_jax import _winrs
-from winrs_jax.planner import ACCURACY_BUDGET, PATH_DTYPES, PATHS, plan_canonical
+from winrs_jax.planner import ACCURACY_BUDGET, PATH_DTYPES, PATHS, REFERENCE_SMEM_PER_BLOCK, plan_canonical
 
 VARIANTS = winrs_jax.variants()
 DN = ("NHWC", "HWIO", "NHWC")
@@ -196,3 +196,54 @@ def test_window_plans_cut_the_batch_into_image_parts(deterministic, rng):
     ref = reference_filter_grad(np.asarray(x, np.float64), np.asarray(dy, np.float64), (3, 3), pads)
     assert mare(dw, ref) <= 4e-3
     assert np.abs(dw - ref).max() <= 8e-3 * np.abs(ref).max()
+
+
+SM86_SMEM_PER_BLOCK = 99 * 1024  # opt-in shared memory per block on sm_86 and sm_89 (RTX 30/40, A10, L4)
+
+
+@pytest.mark.parametrize(
+    "path, channels, filter_hw, strides",
+    [
+        ("bf16", (128, 128), (3, 3), (1, 1)),  # the one-tap 128 x 128 block (102 KiB) on an H100
+        ("fp16", (96, 160), (3, 6), (1, 1)),  # the filter-row tile's 128 x 128 block (104 KiB)
+        ("bf16", (96, 128), (3, 3), (2, 2)),  # strided, its 128 x 128 block at column stride 2 (155 KiB)
+        ("tf32x3", (24, 40), (3, 9), (1, 1)),  # alpha 16 (112 KiB) in split TF32 at float32 DEFAULT
+    ],
+    ids=["one-tap", "filter-row", "strided", "alpha-16"],
+)
+def test_plans_for_a_gpu_of_99_kib_a_block_fit_it(path, channels, filter_hw, strides, rng):
+    """A GPU gives a thread block at most its opt-in shared memory (99 KiB on sm_86 and sm_89): the planner,
+    told so (PlannerOptions.smem_per_block, by default the visible GPU's), takes the 64 x 64 blocks and no
+    alpha-16 kernels on the tensor-core paths, whose launch would fail there; on an H100 it keeps them. dW
+    matches float64 either way (the CPU executor runs the plan's tiles)."""
+    in_c, out_c = channels
+    h, w = 9, 14
+    pads = ((filter_hw[0] - 1) // 2, filter_hw[0] // 2, (filter_hw[1] - 1) // 2, filter_hw[1] // 2)
+    out_hw = ((h + pads[0] + pads[1] - filter_hw[0]) // strides[0] + 1,
+              (w + pads[2] + pads[3] - filter_hw[1]) // strides[1] + 1)  # fmt: skip
+    reference = "tf32" if path == "tf32x3" else path
+    h100, sm86 = (
+        plan_canonical(2, (h, w), in_c, out_c, filter_hw, pads, path, reference,
+                       winrs_jax.PlannerOptions(smem_per_block=smem), strides=strides)
+        for smem in (None, SM86_SMEM_PER_BLOCK)
+    )  # fmt: skip
+    assert h100.supported and sm86.supported and sm86.smem_per_block == SM86_SMEM_PER_BLOCK
+    assert h100.smem_per_block == REFERENCE_SMEM_PER_BLOCK
+    if path == "tf32x3":
+
+        def alpha_16(plan):
+            return 16 in (VARIANTS[plan.variant0].alpha_class, VARIANTS[plan.variant1].alpha_class)
+
+        assert alpha_16(h100) and not alpha_16(sm86)
+    else:
+        assert h100.work_tile[1:3] == (128, 128) and sm86.work_tile[1:3] == (64, 64)
+    x = jnp.asarray(rng.standard_normal((2, h, w, in_c)), PATH_DTYPES[path])
+    dy = jnp.asarray(rng.standard_normal((2, *out_hw, out_c)), PATH_DTYPES[path])
+    dw = winrs_jax.conv_backward_filter(
+        x, dy, (*filter_hw, in_c, out_c), strides, ((pads[0], pads[1]), (pads[2], pads[3])), dimension_numbers=DN,
+        options=winrs_jax.PlannerOptions(path=path, smem_per_block=SM86_SMEM_PER_BLOCK, mode="winrs"),
+    )  # fmt: skip
+    ref = reference_general_filter_grad(np.asarray(x, np.float64), np.asarray(dy, np.float64), filter_hw, strides,
+                                        ((pads[0], pads[1]), (pads[2], pads[3])))  # fmt: skip
+    got = np.asarray(dw.astype(np.float32), np.float64).transpose(3, 0, 1, 2)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < ACCURACY_BUDGET[reference][1]

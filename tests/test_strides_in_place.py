@@ -190,11 +190,16 @@ def test_vmapped_strided_layers_read_strides_in_place(rng):
         np.testing.assert_array_equal(stacked[i], np.asarray(jax.jit(fn)(xs[i], dys[i]), np.float64))
 
 
-@pytest.mark.parametrize("target", [_ffi.TARGET, "winrs_backward_filter"], ids=["current", "before-strides"])
-def test_programs_exported_before_the_strides_keep_running(target, rng):
-    """The targets' attributes change only with a new name (_ffi.export_disabled_checks): the target from
-    before the strides still takes its attributes (no stride_h, stride_w) and computes what the current one does
-    at stride 1; the current one refuses them."""
+@pytest.mark.parametrize(
+    "target, dropped",
+    [(_ffi.TARGET, ("smem_per_block",)), ("winrs_backward_filter_v2", ("smem_per_block",)),
+     ("winrs_backward_filter", ("stride_h", "stride_w", "smem_per_block"))],
+    ids=["current", "before-smem", "before-strides"],
+)  # fmt: skip
+def test_programs_exported_before_the_strides_keep_running(target, dropped, rng):
+    """The targets' attributes change only with a new name (_ffi.export_disabled_checks): the targets from
+    before the GPU's shared memory per block (planned for an H100) and before the strides still take their
+    attributes and compute what the current one does for an H100 at stride 1; the current one refuses them."""
     x = jnp.asarray(rng.standard_normal((2, 9, 9, 32)), jnp.bfloat16)
     dy = jnp.asarray(rng.standard_normal((2, 9, 9, 16)), jnp.bfloat16)
     plan = plan_canonical(2, (9, 9), 32, 16, (3, 3), (1, 1, 1, 1), "bf16", "bf16")
@@ -202,7 +207,7 @@ def test_programs_exported_before_the_strides_keep_running(target, rng):
     expected = np.asarray(
         _ffi.backward_filter_call(x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, current)
     )
-    old = {k: v for k, v in current.items() if k not in ("stride_h", "stride_w")}
+    old = {k: v for k, v in current.items() if k not in dropped}
     call = functools.partial(_ffi.backward_filter_call, x, dy, (), plan.filter_shape_ohwi, plan.workspace_elems, old,
                              target)  # fmt: skip
     if target == _ffi.TARGET:
@@ -213,7 +218,8 @@ def test_programs_exported_before_the_strides_keep_running(target, rng):
 
 
 def test_3d_programs_exported_before_the_strides_keep_running(rng):
-    """The same for the 3D target: "winrs_backward_filter_3d" reads depth slices as before, strides 1."""
+    """The same for the 3D targets: "winrs_backward_filter_3d_v2" and "winrs_backward_filter_3d" read depth
+    slices as before, planned for an H100 (and strides 1)."""
     x = jnp.asarray(rng.standard_normal((2, 5, 6, 8, 32)), jnp.bfloat16)
     dy = jnp.asarray(rng.standard_normal((2, 5, 6, 8, 16)), jnp.bfloat16)
     w_shape = (3, 3, 3, 32, 16)
@@ -223,11 +229,13 @@ def test_3d_programs_exported_before_the_strides_keep_running(rng):
     expected = np.transpose(np.asarray(fn(x, dy), np.float32), (0, 4, 1, 2, 3))  # FD x K x FH x FW x C
     plan = winrs_jax.plan(x, jnp.zeros(w_shape, jnp.bfloat16), (1, 1, 1), "SAME", dimension_numbers=NDHWC)
     assert plan.depth_in_place and plan.depth_packing == 1
-    attributes = {k: v for k, v in plan.ffi_attributes().items() if k not in ("stride_h", "stride_w")}
-    attributes.update(in_depth=5, out_depth=5, depth_stride=1, depth_dilation=1, depth_pad=1, filter_depth=3)
-    dw = _ffi.backward_filter_call(x, dy, (3,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
-                                   "winrs_backward_filter_3d")  # fmt: skip
-    np.testing.assert_array_equal(np.asarray(dw.astype(jnp.bfloat16), np.float32), expected)
+    depth = dict(in_depth=5, out_depth=5, depth_stride=1, depth_dilation=1, depth_pad=1, filter_depth=3)
+    for target, dropped in (("winrs_backward_filter_3d_v2", ("smem_per_block",)),
+                            ("winrs_backward_filter_3d", ("stride_h", "stride_w", "smem_per_block"))):  # fmt: skip
+        attributes = {k: v for k, v in plan.ffi_attributes().items() if k not in dropped} | depth
+        dw = _ffi.backward_filter_call(x, dy, (3,), plan.filter_shape_ohwi, plan.workspace_elems, attributes,
+                                       target)  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(dw.astype(jnp.bfloat16), np.float32), expected)
 
 
 def test_row_strides_near_2_31_read_the_right_rows(rng):

@@ -67,7 +67,8 @@ def test_nested_vmap_of_conv_backward_filter(rng):
 
 def test_handler_rejects_mismatched_leading_axes():
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0,
-                 sm_count=132, segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0)  # fmt: skip
+                 sm_count=132, segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0,
+                 smem_per_block=227 * 1024)  # fmt: skip
     x, dy = jnp.ones((2, 2, 8, 8, 4)), jnp.ones((3, 2, 8, 8, 4))
     with pytest.raises(Exception, match=f"{_ffi.TARGET}: .*leading"):
         np.asarray(_ffi.backward_filter_call(x, dy, (2,), (4, 3, 3, 4), 0, attrs))
@@ -76,7 +77,8 @@ def test_handler_rejects_mismatched_leading_axes():
 def test_handler_reads_a_shared_operand_once_per_problem(rng):
     """Leading axes of size 1 mean one operand for every stacked problem (vmap's expand_dims): no copies."""
     attrs = dict(pad_top=1, pad_bottom=1, pad_left=1, pad_right=1, stride_h=1, stride_w=1, path=0, reference=0,
-                 sm_count=132, segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0)  # fmt: skip
+                 sm_count=132, segments=1, buckets=0, variant0=-1, variant1=-1, atomic=0,
+                 smem_per_block=227 * 1024)  # fmt: skip
     x = jnp.asarray(rng.random((1, 2, 8, 8, 4)), jnp.float32)
     dy = jnp.asarray(rng.random((3, 2, 8, 8, 4)), jnp.float32)
     stacked = np.asarray(_ffi.backward_filter_call(x, dy, (3,), (4, 3, 3, 4), 0, attrs))

@@ -72,6 +72,8 @@ ffi::Error grouped_filter_grad_cuda(cudaStream_t stream, ffi::AnyBuffer input, f
 
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterCuda, kTarget, PlanAttrs);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dCuda, kDepthTarget, DepthAttrs);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterV2Cuda, kTargetV2, PlanAttrsV2);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dV2Cuda, kDepthTargetV2, DepthAttrsV2);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterV1Cuda, kTargetV1, PlanAttrsV1);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dV1Cuda, kDepthTargetV1, DepthAttrsV1);
 

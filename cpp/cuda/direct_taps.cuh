@@ -65,6 +65,8 @@ struct TapsConfig {
   static constexpr int R = output_rounds(alpha, BN, out_stride, copy_bytes);
   static constexpr int round_rows = BN / R;
   static constexpr size_t smem_bytes = copy_bytes, smem_align = 16;
+  static_assert(smem_bytes == size_t(taps_smem_bytes(P, Taps, Block, Stride)),
+                "the planner's count (smem.h)");
   // Element offsets in a step of row d's piece at channel c of dY and of X's phase q (TapsStager), and the X
   // row of a step from which tap j reads.
   __device__ static constexpr int grad_offset(int d, int c) { return d * gs_stride + c; }

@@ -163,6 +163,8 @@ struct OmegaConfig {
   static constexpr int copy_step_elems = copy_substeps * stage;
   static constexpr size_t copy_bytes = size_t(copy_stages) * copy_step_elems * sizeof(Smem);
   static constexpr size_t smem_bytes = Copy && copy_bytes > gemm_bytes ? copy_bytes : gemm_bytes;
+  static_assert(smem_bytes == size_t(omega_smem_bytes(alpha, P, BN, BM, Copy)),
+                "the planner's count (smem.h)");
   static constexpr size_t smem_align = 16;
   // Element offsets in a copy step of unit k's piece at channel c of dY and of X: the K-block's stage layout.
   __device__ static constexpr int grad_offset(int k, int c) { return k / K * stage + k % K * gs_stride + c; }

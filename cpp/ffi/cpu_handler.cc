@@ -139,6 +139,8 @@ ffi::Error grouped_filter_grad_cpu(ffi::ThreadPool pool, ffi::AnyBuffer input, f
 
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterCpu, kTarget, PlanAttrs);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dCpu, kDepthTarget, DepthAttrs);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterV2Cpu, kTargetV2, PlanAttrsV2);
+WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dV2Cpu, kDepthTargetV2, DepthAttrsV2);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilterV1Cpu, kTargetV1, PlanAttrsV1);
 WINRS_BACKWARD_FILTER_SYMBOL(WinrsBackwardFilter3dV1Cpu, kDepthTargetV1, DepthAttrsV1);
 

@@ -26,17 +26,29 @@ struct PlanAttrs {
   int64_t buckets;             // > 0 caps the bucket count
   int64_t variant0, variant1;  // >= 0 force the kernel pair
   int64_t atomic;              // 1: segments add into dW atomically, in any order
+  int64_t smem_per_block;      // the planner's target GPU's opt-in shared memory per block (winrs/smem.h)
 };
 
-// The attributes of the targets that came before strides ("winrs_backward_filter" and
-// "winrs_backward_filter_3d", still registered so that programs exported with them keep running): strides 1.
+// The attributes of the targets before the GPU's shared memory ("winrs_backward_filter_v2",
+// "winrs_backward_filter_3d_v2") and before the strides ("winrs_backward_filter",
+// "winrs_backward_filter_3d"), still registered so that programs exported with them keep running: planned for
+// an H100, and strides 1.
+struct PlanAttrsV2 {
+  int64_t pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, path, reference, sm_count, segments,
+      buckets, variant0, variant1, atomic;
+};
 struct PlanAttrsV1 {
   int64_t pad_top, pad_bottom, pad_left, pad_right, path, reference, sm_count, segments, buckets, variant0,
       variant1, atomic;
 };
+inline PlanAttrs upgrade(const PlanAttrsV2& a) {
+  return {a.pad_top,  a.pad_bottom, a.pad_left,  a.pad_right, a.stride_h,
+          a.stride_w, a.path,       a.reference, a.sm_count,  a.segments,
+          a.buckets,  a.variant0,   a.variant1,  a.atomic,    kHopperSmemPerBlock};
+}
 inline PlanAttrs upgrade(const PlanAttrsV1& a) {
-  return {a.pad_top,   a.pad_bottom, a.pad_left, a.pad_right, 1,          1,          a.path,
-          a.reference, a.sm_count,   a.segments, a.buckets,   a.variant0, a.variant1, a.atomic};
+  return upgrade(PlanAttrsV2{a.pad_top, a.pad_bottom, a.pad_left, a.pad_right, 1, 1, a.path, a.reference,
+                             a.sm_count, a.segments, a.buckets, a.variant0, a.variant1, a.atomic});
 }
 inline const PlanAttrs& upgrade(const PlanAttrs& a) { return a; }
 
@@ -106,6 +118,8 @@ inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
   if (a.atomic != 0 && a.atomic != 1) return "atomic must be 0 or 1";
   if (a.stride_h < 1 || a.stride_h > kIntMax || a.stride_w < 1 || a.stride_w > kIntMax)
     return "strides must be from 1 to 2^31 - 1";
+  if (a.smem_per_block < 1 || a.smem_per_block > kIntMax)
+    return "shared memory per block must be from 1 to 2^31 - 1 bytes";
   options->path = static_cast<Path>(a.path);
   options->reference = static_cast<Path>(a.reference);
   options->sm_count = int(a.sm_count);
@@ -114,6 +128,7 @@ inline std::string decode_options(const PlanAttrs& a, PlanOptions* options) {
   options->variant0 = int(a.variant0);
   options->variant1 = int(a.variant1);
   options->atomic = a.atomic == 1;
+  options->smem_per_block = a.smem_per_block;
   return {};
 }
 
@@ -159,14 +174,21 @@ struct DepthAttrs {
   int64_t filter_depth;  // the layer's depth taps (a packed call's last problem may hold fewer)
 };
 
+struct DepthAttrsV2 {
+  PlanAttrsV2 plan;
+  int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad, filter_depth;
+};
 struct DepthAttrsV1 {
   PlanAttrsV1 plan;
   int64_t in_depth, out_depth, depth_stride, depth_dilation, depth_pad, filter_depth;
 };
-inline DepthAttrs upgrade(const DepthAttrsV1& a) {
+template <class OldDepthAttrs>
+DepthAttrs upgrade_depth(const OldDepthAttrs& a) {
   return {upgrade(a.plan),  a.in_depth,  a.out_depth,   a.depth_stride,
           a.depth_dilation, a.depth_pad, a.filter_depth};
 }
+inline DepthAttrs upgrade(const DepthAttrsV2& a) { return upgrade_depth(a); }
+inline DepthAttrs upgrade(const DepthAttrsV1& a) { return upgrade_depth(a); }
 inline const DepthAttrs& upgrade(const DepthAttrs& a) { return a; }
 
 // Buffers: input N x D x I_H x I_W x I_C and out_grad N x OD x O_H x O_W x O_C in the path's storage type,
@@ -262,8 +284,8 @@ xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcep
 
 }  // namespace winrs::ffi_glue
 
-// The plan's attribute names, in PlanAttrs's order.
-#define WINRS_PLAN_ATTR_MEMBERS                                                                      \
+// The attribute names of PlanAttrsV2, in its order (PlanAttrs: then smem_per_block).
+#define WINRS_PLAN_ATTR_V2_MEMBERS                                                                   \
   ::xla::ffi::StructMember<int64_t>("pad_top"), ::xla::ffi::StructMember<int64_t>("pad_bottom"),     \
       ::xla::ffi::StructMember<int64_t>("pad_left"), ::xla::ffi::StructMember<int64_t>("pad_right"), \
       ::xla::ffi::StructMember<int64_t>("stride_h"), ::xla::ffi::StructMember<int64_t>("stride_w"),  \
@@ -272,7 +294,9 @@ xla::ffi::Error run_call(const char* target, Decode&& decode, Run&& run) noexcep
       ::xla::ffi::StructMember<int64_t>("buckets"), ::xla::ffi::StructMember<int64_t>("variant0"),   \
       ::xla::ffi::StructMember<int64_t>("variant1"), ::xla::ffi::StructMember<int64_t>("atomic")
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrs, WINRS_PLAN_ATTR_MEMBERS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrs, WINRS_PLAN_ATTR_V2_MEMBERS,
+                                      ::xla::ffi::StructMember<int64_t>("smem_per_block"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrsV2, WINRS_PLAN_ATTR_V2_MEMBERS);
 
 // PlanAttrsV1: the same without the strides.
 #define WINRS_PLAN_ATTR_V1_MEMBERS                                                                   \
@@ -292,7 +316,10 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::PlanAttrsV1, WINRS_PLAN_A
       ::xla::ffi::StructMember<int64_t>("depth_dilation"), ::xla::ffi::StructMember<int64_t>("depth_pad"), \
       ::xla::ffi::StructMember<int64_t>("filter_depth")
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_ATTR_MEMBERS,
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrs, WINRS_PLAN_ATTR_V2_MEMBERS,
+                                      ::xla::ffi::StructMember<int64_t>("smem_per_block"),
+                                      WINRS_DEPTH_ATTR_MEMBERS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrsV2, WINRS_PLAN_ATTR_V2_MEMBERS,
                                       WINRS_DEPTH_ATTR_MEMBERS);
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(winrs::ffi_glue::DepthAttrsV1, WINRS_PLAN_ATTR_V1_MEMBERS,
                                       WINRS_DEPTH_ATTR_MEMBERS);

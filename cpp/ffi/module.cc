@@ -64,10 +64,14 @@ void check_variant(int v) {
 }  // namespace
 
 NB_MODULE(_winrs, m) {
+  // The reference H100's opt-in shared memory per block, which plans assume unless told another GPU's.
+  m.attr("hopper_smem_per_block") = winrs::kHopperSmemPerBlock;
   m.def("cpu_targets", [] {
     nb::dict d;
     d[winrs::ffi_glue::kTarget] = capsule_of(WinrsBackwardFilterCpu);
     d[winrs::ffi_glue::kDepthTarget] = capsule_of(WinrsBackwardFilter3dCpu);
+    d[winrs::ffi_glue::kTargetV2] = capsule_of(WinrsBackwardFilterV2Cpu);
+    d[winrs::ffi_glue::kDepthTargetV2] = capsule_of(WinrsBackwardFilter3dV2Cpu);
     d[winrs::ffi_glue::kTargetV1] = capsule_of(WinrsBackwardFilterV1Cpu);
     d[winrs::ffi_glue::kDepthTargetV1] = capsule_of(WinrsBackwardFilter3dV1Cpu);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCpu);
@@ -78,6 +82,8 @@ NB_MODULE(_winrs, m) {
 #ifdef WINRS_WITH_CUDA
     d[winrs::ffi_glue::kTarget] = capsule_of(WinrsBackwardFilterCuda);
     d[winrs::ffi_glue::kDepthTarget] = capsule_of(WinrsBackwardFilter3dCuda);
+    d[winrs::ffi_glue::kTargetV2] = capsule_of(WinrsBackwardFilterV2Cuda);
+    d[winrs::ffi_glue::kDepthTargetV2] = capsule_of(WinrsBackwardFilter3dV2Cuda);
     d[winrs::ffi_glue::kTargetV1] = capsule_of(WinrsBackwardFilterV1Cuda);
     d[winrs::ffi_glue::kDepthTargetV1] = capsule_of(WinrsBackwardFilter3dV1Cuda);
     d["winrs_grouped_filter_grad"] = capsule_of(WinrsGroupedFilterGradCuda);
@@ -152,7 +158,8 @@ NB_MODULE(_winrs, m) {
       [](int64_t batch, int64_t in_h, int64_t in_w, int64_t in_c, int64_t out_h, int64_t out_w, int64_t out_c,
          int64_t filter_h, int64_t filter_w, int64_t pad_top, int64_t pad_bottom, int64_t pad_left,
          int64_t pad_right, int path, int reference, int sm_count, int segments, int buckets, int variant0,
-         int variant1, bool atomic, int problems, int64_t stride_h, int64_t stride_w) {
+         int variant1, bool atomic, int problems, int64_t stride_h, int64_t stride_w,
+         int64_t smem_per_block) {
         if (!winrs::valid_path(path) || !winrs::valid_path(reference))
           throw nb::index_error("path index out of range");
         winrs::Shapes shapes{{batch, in_h, in_w, in_c},
@@ -164,7 +171,7 @@ NB_MODULE(_winrs, m) {
         const std::string error = winrs::make_backward_filter(
             shapes,
             winrs::PlanOptions{static_cast<winrs::Path>(path), static_cast<winrs::Path>(reference), sm_count,
-                               segments, buckets, variant0, variant1, atomic, problems},
+                               segments, buckets, variant0, variant1, atomic, problems, smem_per_block},
             &op);
         const winrs::Plan& plan = op.plan;
         nb::dict d;
@@ -197,7 +204,8 @@ NB_MODULE(_winrs, m) {
       nb::arg("out_c"), nb::arg("filter_h"), nb::arg("filter_w"), nb::arg("pad_top"), nb::arg("pad_bottom"),
       nb::arg("pad_left"), nb::arg("pad_right"), nb::arg("path"), nb::arg("reference"), nb::arg("sm_count"),
       nb::arg("segments"), nb::arg("buckets") = 0, nb::arg("variant0") = -1, nb::arg("variant1") = -1,
-      nb::arg("atomic") = false, nb::arg("problems") = 1, nb::arg("stride_h") = 1, nb::arg("stride_w") = 1);
+      nb::arg("atomic") = false, nb::arg("problems") = 1, nb::arg("stride_h") = 1, nb::arg("stride_w") = 1,
+      nb::arg("smem_per_block") = winrs::kHopperSmemPerBlock);
 
   // The plan of the direct grouped kernels (winrs/grouped.h), as the handlers derive it.
   m.def(

@@ -13,9 +13,10 @@ std::string make_backward_filter(const Shapes& s, const PlanOptions& options, Ba
     return "filter gradient and output gradient have different output channels";
   if (s.filter_grad[3] != s.input[3]) return "filter gradient and input have different input channels";
   if (s.groups < 1 || s.groups > kIntMax) return "number of stacked problems out of range";
-  op->problem = Problem{s.input[0],    s.input[1],    s.input[2],       s.input[3],       s.out_grad[1],
-                        s.out_grad[2], s.out_grad[3], s.filter_grad[1], s.filter_grad[2], s.pads[0],
-                        s.pads[1],     s.pads[2],     s.pads[3],        s.strides[0],     s.strides[1]};
+  op->problem = Problem{s.input[0],       s.input[1],    s.input[2],    s.input[3],
+                        s.out_grad[1],    s.out_grad[2], s.out_grad[3], s.filter_grad[1],
+                        s.filter_grad[2], s.pads[0],     s.pads[1],     s.pads[2],
+                        s.pads[3],        s.strides[0],  s.strides[1],  options.smem_per_block};
   const Problem& p = op->problem;
   for (int64_t d : {p.in_h, p.in_w, p.out_h, p.out_w, p.filter_h, p.filter_w, p.stride_h, p.stride_w})
     if (d > kIntMax) return "spatial dimension too large";

@@ -297,12 +297,14 @@ AccuracyBudget accuracy_budget(Path reference) {
   return {factor * direct.mare, factor * std::max(direct.signed_error, xla_signed_error(reference))};
 }
 
-KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const AccuracyBudget& budget) {
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const AccuracyBudget& budget,
+                              int64_t smem_per_block) {
   KernelPair best;
   if (!has_winograd_divisor(filter_w)) return best;
   double best_cost = std::numeric_limits<double>::infinity();
   auto admitted = [&](int v) {
-    return filter_w % kVariants[v].n == 0 && budget.admits(kVariants[v].shape(path));
+    return filter_w % kVariants[v].n == 0 && budget.admits(kVariants[v].shape(path)) &&
+           omega_fits(v, path, smem_per_block);
   };
   for (int v0 = 0; v0 < kNumVariants; ++v0) {
     if (!admitted(v0)) continue;
@@ -390,12 +392,25 @@ Plan make_plan(const Problem& p, const PlanOptions& options) {
       plan.reason = "forced kernels cannot tile this filter width and output-gradient width";
       return plan;
     }
+    if (!omega_fits(v0, options.path, p.smem_per_block) || !omega_fits(v1, options.path, p.smem_per_block)) {
+      plan.reason = "forced kernels need more shared memory per block than the GPU gives (" +
+                    std::to_string(p.smem_per_block) + " bytes)";
+      return plan;
+    }
     if (pair.width0 == p.out_w) pair.variant1 = v0;
   } else {
-    pair = choose_kernel_pair(p.filter_w, p.out_w, options.path, accuracy_budget(options.reference));
+    pair = choose_kernel_pair(p.filter_w, p.out_w, options.path, accuracy_budget(options.reference),
+                              p.smem_per_block);
     if (pair.variant0 < 0) {
-      plan.reason = std::string("no kernel on path ") + path_info(options.path).name +
-                    " keeps the accuracy of the requested precision for this filter width";
+      const bool accurate = choose_kernel_pair(p.filter_w, p.out_w, options.path,
+                                               accuracy_budget(options.reference), kHopperSmemPerBlock)
+                                .variant0 >= 0;
+      plan.reason =
+          std::string("no kernel on path ") + path_info(options.path).name +
+          (accurate ? " that keeps the accuracy of the requested precision for this filter width fits "
+                      "the GPU's " +
+                          std::to_string(p.smem_per_block) + " bytes of shared memory per block"
+                    : " keeps the accuracy of the requested precision for this filter width");
       return plan;
     }
   }

@@ -30,6 +30,9 @@ struct PlanOptions {
   // Problems that share the GPU in one launch (a 3D layer's filter depth taps read in place): the
   // filter-window tile's segments fill its waves with all of them (plan.cc, window_segments).
   int problems = 1;
+  // The target GPU's opt-in shared memory per block (smem.h): tiles whose kernels need more are not planned
+  // (the problem carries it to the launch, operator.cc).
+  int64_t smem_per_block = kHopperSmemPerBlock;
 };
 
 struct Plan {
@@ -71,7 +74,8 @@ inline double accuracy_factor(Path reference) { return fp32_accurate(reference) 
 // XLA's measured error on zero-mean inputs where it computes with the `reference` arithmetic (plan.cc).
 double xla_signed_error(Path reference);
 // Considers only variants whose errors on `path` the budget admits.
-KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const AccuracyBudget& budget);
+KernelPair choose_kernel_pair(int64_t filter_w, int64_t out_w, Path path, const AccuracyBudget& budget,
+                              int64_t smem_per_block);
 // The largest share k0 * r0 of out_w for variant0 such that variant1 covers the rest exactly; 0 if none.
 int64_t primary_width(int variant0, int variant1, int64_t out_w);
 double baseline_segment_count(const Problem& p, const KernelPair& pair, const PlanOptions& options);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "smem.h"
 
 namespace winrs {
 
@@ -16,6 +17,8 @@ struct Problem {
   int64_t filter_h, filter_w;
   int64_t pad_top, pad_bottom, pad_left, pad_right;
   int64_t stride_h = 1, stride_w = 1;
+  // The opt-in shared memory per block of the GPU the problem is planned for (smem.h): its tiles fit it.
+  int64_t smem_per_block = kHopperSmemPerBlock;
 
   WINRS_HD constexpr bool strided() const { return stride_h != 1 || stride_w != 1; }
 

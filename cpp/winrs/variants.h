@@ -6,6 +6,7 @@
 
 #include "paths.h"
 #include "problem.h"
+#include "smem.h"
 
 namespace winrs {
 
@@ -121,6 +122,13 @@ inline constexpr Variant kVariants[kNumVariants] = {
 };
 // clang-format on
 
+// Whether a variant's kernel of its table block fits a GPU's shared memory per block (smem.h): on sm_86 and
+// sm_89 (99 KiB) the tensor-core paths' alpha-16 blocks do not (112 KiB).
+constexpr bool omega_fits(int variant, Path path, int64_t smem_per_block) {
+  const KernelShape& s = kVariants[variant].shape(path);
+  return omega_smem_bytes(kVariants[variant].alpha(), path, s.block_oc, s.block_ic, false) <= smem_per_block;
+}
+
 // The direct kernel's block on the tensor-core paths is 128 x 128 channels; on a layer with at most 64
 // channels on each side three quarters of that tile would be zeros (ResNet's 3x3 128:56:64 in bf16: 731 us
 // against 203 us for 3x3 128:28:128, the same FLOPs, Nsight Compute, 2026-11-23), so there it runs a 64 x 64
@@ -163,8 +171,14 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
 inline constexpr int kWideBlock = 128;
 inline constexpr long long kWideMaxOneTapTiles = 16, kWideMinWidth = 28, kWidePiece = 64,
                            kWideTiles = 2 * 132;
+// Whether the filter-row tile's 128 x 128 block at the problem's column stride fits the GPU's shared memory
+// (smem.h; on sm_86 and sm_89 it does not: 104 KiB, 155 KiB at stride 2): elsewhere the 64 x 64 one runs.
+constexpr bool wide_taps_fit(Path path, const Problem& p) {
+  return taps_smem_bytes(path, kDirectTaps, kWideBlock, p.stride_w) <= p.smem_per_block;
+}
 constexpr bool wide_taps(int variant, Path path, const Problem& p) {
   if (p.strided() || variant != 0 || storage_bytes(path) != 2 || !path_info(path).tensor_cores) return false;
+  if (!wide_taps_fit(path, p)) return false;
   if (p.filter_w % kDirectTaps != 0 || p.out_c % 8 != 0 || p.in_c % 8 != 0) return false;
   if (p.out_c <= kNarrowBlock || p.in_c <= kNarrowBlock || p.out_w < kWideMinWidth) return false;
   const long long blocks = (p.out_c + kWideBlock - 1) / kWideBlock * ((p.in_c + kWideBlock - 1) / kWideBlock);
@@ -211,7 +225,8 @@ struct TileShape {
 };
 constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
   if (variant == 0 && p.strided() && strided_taps(path, p)) {
-    if (strided_wide(p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
+    // (Where the 128 x 128 block does not fit the GPU, the 64 x 64 one takes the same layers.)
+    if (strided_wide(p) && wide_taps_fit(path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
     return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
   }
   if (window_taps(variant, path, p)) return {kDirectTaps, kNarrowBlock, kNarrowBlock, 1, kWindowRows};
@@ -219,7 +234,11 @@ constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
     return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
   if (wide_taps(variant, path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
   const KernelShape& s = kVariants[variant].shape(path);
-  if (narrow_block(variant, path, p.out_c, p.in_c)) return {1, kNarrowBlock, kNarrowBlock, s.blocks_per_sm};
+  // (The direct kernel's 128 x 128 block, copy-staged, takes 102 KiB: more than sm_86 and sm_89 give.)
+  const bool one_tap_fits = variant != 0 || !path_info(path).tensor_cores ||
+                            omega_smem_bytes(1, path, s.block_oc, s.block_ic, true) <= p.smem_per_block;
+  if (narrow_block(variant, path, p.out_c, p.in_c) || !one_tap_fits)
+    return {1, kNarrowBlock, kNarrowBlock, s.blocks_per_sm};
   return {kVariants[variant].n, s.block_oc, s.block_ic, s.blocks_per_sm};
 }
 

@@ -10,11 +10,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from winrs_jax import _winrs
 
-# Targets' attributes change only with a new name; the names before (the same attributes without the strides:
-# "winrs_backward_filter", "winrs_backward_filter_3d") stay registered for programs exported with them.
-TARGET = "winrs_backward_filter_v2"
+# Targets' attributes change only with a new name; the names before stay registered for programs exported with
+# them: "winrs_backward_filter_v2" and "winrs_backward_filter_3d_v2" (the same attributes without
+# smem_per_block: planned for an H100), "winrs_backward_filter" and "winrs_backward_filter_3d" (nor the strides).
+TARGET = "winrs_backward_filter_v3"
 GROUPED_TARGET = "winrs_grouped_filter_grad"  # the direct kernels of grouped layers (cpp/winrs/grouped.h)
-DEPTH_TARGET = "winrs_backward_filter_3d_v2"  # a 3D layer whose X the kernels read by depth slice
+DEPTH_TARGET = "winrs_backward_filter_3d_v3"  # a 3D layer whose X the kernels read by depth slice
 
 
 def _register() -> bool:

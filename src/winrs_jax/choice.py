@@ -46,7 +46,15 @@ import numpy as np
 from jax import lax
 
 from winrs_jax.geometry import ConvSpec
-from winrs_jax.planner import MODES, Plan, PlannerOptions, deterministic_sum, path_alternatives, with_path
+from winrs_jax.planner import (
+    MODES,
+    REFERENCE_SMEM_PER_BLOCK,
+    Plan,
+    PlannerOptions,
+    deterministic_sum,
+    path_alternatives,
+    with_path,
+)
 
 _LOG = logging.getLogger("winrs_jax")
 _MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("winrs_jax_mode", default=None)
@@ -555,6 +563,9 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             # A 3D layer whose X the kernels read by depth slice (before, from copies: older keys kept).
             **({"depth_in_place": True} if plan.depth_in_place else {}),
             **({"depth_packing": plan.depth_packing} if plan.depth_packing > 1 else {}),
+            # Planned for a GPU's shared memory other than an H100's (before, always an H100's: older keys kept).
+            **({"smem_per_block": plan.smem_per_block}
+               if plan.smem_per_block not in (0, REFERENCE_SMEM_PER_BLOCK) else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
                else {}),

@@ -91,6 +91,9 @@ class PlannerOptions:
     """Overrides for the planner.
 
     sm_count: SMs of the target GPU (default: the visible GPU, else an H100).
+    smem_per_block: the target GPU's shared memory per thread block in bytes, opted into (default: the visible
+        GPU's, from its compute capability, else an H100's 227 KiB); tiles whose kernels need more are not planned
+        (sm_86 and sm_89 GPUs give 99 KiB, sm_80 163 KiB).
     segments: force the baseline segment count Z^ (Algorithm 2 still shapes the segments), or the split count of
         a direct grouped plan.
     buckets: cap the float32 partial filter gradients that the segments add into (the workspace holds all but
@@ -115,6 +118,7 @@ class PlannerOptions:
     """
 
     sm_count: int | None = None
+    smem_per_block: int | None = None
     segments: int | None = None
     buckets: int | None = None
     deterministic: bool | None = None
@@ -123,7 +127,7 @@ class PlannerOptions:
     mode: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("segments", "buckets", "sm_count"):
+        for name in ("segments", "buckets", "sm_count", "smem_per_block"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -180,6 +184,7 @@ class Plan:
     path: str = "fp32"
     reference: str = "fp32"  # the arithmetic XLA would use; sets the accuracy budget
     sm_count: int = 0
+    smem_per_block: int = 0  # the target GPU's opt-in shared memory per block (bytes)
     forced_segments: int = 0
     forced_buckets: int = 0
     deterministic: bool | None = None  # PlannerOptions.deterministic as given
@@ -337,6 +342,7 @@ class Plan:
             stride_w=self.strides[1], path=PATHS.index(self.path), reference=PATHS.index(self.reference),
             sm_count=self.sm_count, segments=self.forced_segments, buckets=self.forced_buckets,
             variant0=self.forced_kernels[0], variant1=self.forced_kernels[1], atomic=int(self.atomic),
+            smem_per_block=self.smem_per_block,
         )  # fmt: skip
 
     def __str__(self) -> str:
@@ -533,6 +539,31 @@ def _no_gpu_note(sm_count: int) -> str:
         return ""
     h100 = ", an H100's" if sm_count == REFERENCE_SM_COUNT else ""
     return f"{h100}: no GPU here, the CPU runs the same segments"
+
+
+# Opt-in shared memory per thread block by compute capability (CUDA's technical specifications), bytes; others
+# (sm_86, sm_89, sm_120, unknown) the least of them.
+_SMEM_PER_BLOCK = {
+    "8.0": 163 * 1024,
+    "8.7": 163 * 1024,
+    "9.0": 227 * 1024,
+    "10.0": 227 * 1024,
+    "10.3": 227 * 1024,
+}
+REFERENCE_SMEM_PER_BLOCK: int = _winrs.hopper_smem_per_block  # the reference H100's (cpp/winrs/smem.h)
+
+
+def default_smem_per_block() -> int:
+    """Opt-in shared memory per block of the first visible GPU, else the reference H100's."""
+    for backend in ("cuda", "gpu"):
+        try:
+            devices = jax.devices(backend)
+        except RuntimeError:
+            continue
+        capability = getattr(devices[0], "compute_capability", None)
+        if capability is not None:
+            return _SMEM_PER_BLOCK.get(str(capability), 99 * 1024)
+    return REFERENCE_SMEM_PER_BLOCK
 
 
 def default_sm_count() -> int:
@@ -973,8 +1004,9 @@ def _strided_plan(
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
-        forced_segments=runs[0].forced_segments, forced_buckets=runs[0].forced_buckets,
-        deterministic=runs[0].deterministic, forced_kernels=runs[0].forced_kernels,
+        smem_per_block=runs[0].smem_per_block, forced_segments=runs[0].forced_segments,
+        forced_buckets=runs[0].forced_buckets, deterministic=runs[0].deterministic,
+        forced_kernels=runs[0].forced_kernels,
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
     )  # fmt: skip
 
@@ -1012,7 +1044,7 @@ def _dilated_plan(
     return Plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=piece.path, reference=reference, sm_count=piece.sm_count,
-        forced_segments=piece.forced_segments, forced_buckets=piece.forced_buckets,
+        smem_per_block=piece.smem_per_block, forced_segments=piece.forced_segments, forced_buckets=piece.forced_buckets,
         deterministic=piece.deterministic, forced_kernels=piece.forced_kernels,
         predicted_seconds=piece.predicted_seconds * dh * dw, dilation=dilation, phases=(Phase((0, 0), piece),),
     )  # fmt: skip
@@ -1080,6 +1112,7 @@ def _plan_canonical(
     out_hw = ((input_hw[0] + top + bottom - filter_hw[0]) // strides[0] + 1,
               (input_hw[1] + left + right - filter_hw[1]) // strides[1] + 1)  # fmt: skip
     sm_count = options.sm_count or default_sm_count()
+    smem_per_block = options.smem_per_block or default_smem_per_block()
     forced_segments = options.segments or 0
     forced_buckets = options.buckets or 0
     forced_kernels = tuple(options.kernels) if options.kernels else (-1, -1)
@@ -1088,7 +1121,7 @@ def _plan_canonical(
         filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
         path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
         buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1], atomic=atomic,
-        problems=problems, stride_h=strides[0], stride_w=strides[1],
+        problems=problems, stride_h=strides[0], stride_w=strides[1], smem_per_block=smem_per_block,
     )  # fmt: skip
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
@@ -1104,6 +1137,7 @@ def _plan_canonical(
         path=path,
         reference=reference,
         sm_count=sm_count,
+        smem_per_block=smem_per_block,
         forced_segments=forced_segments,
         forced_buckets=forced_buckets,
         deterministic=options.deterministic,
