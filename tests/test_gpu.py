@@ -585,3 +585,39 @@ def test_strided_layers_read_in_place_match_float64(layer, dtype, rng):
     np.testing.assert_allclose(
         dw, expected, rtol=float(jnp.finfo(dtype).eps) / 2, atol=1e-5 * np.abs(expected).max()
     )
+
+
+@pytest.mark.parametrize(
+    "path, channels, filter_hw, strides, w",
+    [
+        ("bf16", (128, 192), (3, 3), (1, 1), 30),  # one-tap 64 x 64 blocks over both channel sides
+        ("fp16", (96, 160), (3, 6), (1, 1), 30),  # the same in float16, a 6-wide filter
+        ("bf16", (96, 136), (3, 3), (2, 2), 30),  # the filter-row tile's 64 x 64 blocks at column stride 2
+        ("tf32x3", (24, 40), (3, 9), (1, 1), 14),  # alpha 8 where an H100's plan takes alpha 16
+        ("tf32", (72, 130), (2, 2), (1, 1), 30),  # the direct kernel's TF32 64 x 64 block
+    ],
+    ids=["one-tap", "one-tap-f16", "strided", "alpha-8", "tf32-direct"],
+)
+def test_plans_for_99_kib_a_block_run_on_the_gpu(path, channels, filter_hw, strides, w, rng):
+    """The plans made for sm_86 and sm_89 GPUs (99 KiB of shared memory a block: 64 x 64 blocks, no alpha 16)
+    run the same kernel instances on an H100: against float64 and the CPU executor of the same plan."""
+    in_c, out_c = channels
+    h = 11
+    pads = ((filter_hw[0] - 1) // 2, filter_hw[0] // 2, (filter_hw[1] - 1) // 2, filter_hw[1] // 2)
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    out_hw = ((h + pads[0] + pads[1] - filter_hw[0]) // strides[0] + 1,
+              (w + pads[2] + pads[3] - filter_hw[1]) // strides[1] + 1)  # fmt: skip
+    x = jnp.asarray(rng.standard_normal((2, h, w, in_c)), PATH_DTYPES[path])
+    dy = jnp.asarray(rng.standard_normal((2, *out_hw, out_c)), PATH_DTYPES[path])
+    options = winrs_jax.PlannerOptions(path=path, smem_per_block=99 * 1024, mode="winrs")
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(*filter_hw, in_c, out_c),
+                                   window_strides=strides, padding=padding, dimension_numbers=DN,
+                                   options=options))  # fmt: skip
+    got = {
+        device.platform: np.asarray(fn(jax.device_put(x, device), jax.device_put(dy, device)).astype(np.float32),
+                                    np.float64)
+        for device in (_gpu(), jax.devices("cpu")[0])
+    }  # fmt: skip
+    ref = np.moveaxis(reference_general_filter_grad(x, dy, filter_hw, strides, padding), 0, -1)
+    errors = {k: np.linalg.norm(v - ref) / np.linalg.norm(ref) for k, v in got.items()}
+    assert np.isfinite(got["gpu"]).all() and errors["gpu"] <= 1.5 * errors["cpu"] + 1e-6, errors
