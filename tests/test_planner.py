@@ -1,6 +1,7 @@
 """Planner properties (paper section 4): kernel pair, segment count and shape, workspace."""
 
 import itertools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -475,3 +476,25 @@ def test_tensors_of_2_31_elements_fall_back():
     rhs = jax.ShapeDtypeStruct((3, 3, 256, 8), np.float32)
     plan = winrs_jax.plan(x, rhs, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     assert not plan.supported and "2^31" in plan.reason
+
+
+@pytest.mark.parametrize(
+    "capability, smem",
+    [("9.0", 227 * 1024), ("8.0", 163 * 1024), ("8.6", 99 * 1024), ("8.9", 99 * 1024), (None, 227 * 1024)],
+)
+def test_the_visible_gpu_sets_the_shared_memory_per_block(capability, smem, monkeypatch):
+    """By default a plan keeps to the visible GPU's shared memory per block, read off its compute capability (an
+    H100's without a GPU, or where the device does not say)."""
+    from winrs_jax import planner
+
+    gpu = types.SimpleNamespace(
+        core_count=84, **({} if capability is None else {"compute_capability": capability})
+    )
+
+    def devices(backend=None):
+        if backend in ("cuda", "gpu"):
+            return [gpu]
+        raise RuntimeError(f"no {backend} backend")
+
+    monkeypatch.setattr(planner.jax, "devices", devices)
+    assert planner.default_smem_per_block() == smem and planner.default_sm_count() == 84

@@ -553,30 +553,26 @@ _SMEM_PER_BLOCK = {
 REFERENCE_SMEM_PER_BLOCK: int = _winrs.hopper_smem_per_block  # the reference H100's (cpp/winrs/smem.h)
 
 
-def default_smem_per_block() -> int:
-    """Opt-in shared memory per block of the first visible GPU, else the reference H100's."""
+def _first_gpu() -> Any:
+    """The first visible GPU device, or None."""
     for backend in ("cuda", "gpu"):
         try:
-            devices = jax.devices(backend)
+            return jax.devices(backend)[0]
         except RuntimeError:
             continue
-        capability = getattr(devices[0], "compute_capability", None)
-        if capability is not None:
-            return _SMEM_PER_BLOCK.get(str(capability), 99 * 1024)
-    return REFERENCE_SMEM_PER_BLOCK
+    return None
+
+
+def default_smem_per_block() -> int:
+    """Opt-in shared memory per block of the first visible GPU, else the reference H100's."""
+    capability = getattr(_first_gpu(), "compute_capability", None)
+    return REFERENCE_SMEM_PER_BLOCK if capability is None else _SMEM_PER_BLOCK.get(str(capability), 99 * 1024)
 
 
 def default_sm_count() -> int:
     """SMs of the first visible GPU, else the reference H100's."""
-    for backend in ("cuda", "gpu"):
-        try:
-            devices = jax.devices(backend)
-        except RuntimeError:
-            continue
-        count = getattr(devices[0], "core_count", None)
-        if isinstance(count, int) and count > 0:
-            return count
-    return REFERENCE_SM_COUNT
+    count = getattr(_first_gpu(), "core_count", None)
+    return count if isinstance(count, int) and count > 0 else REFERENCE_SM_COUNT
 
 
 def _operand_precisions(precision: Any) -> tuple[lax.Precision, lax.Precision]:
