@@ -82,8 +82,8 @@ def mode(name: str) -> Iterator[None]:
 def current_mode(forced: str | None = None) -> str:
     """PlannerOptions.mode, else the innermost winrs_jax.mode(...), else $WINRS_JAX_MODE (in any case), else
     "auto"."""
-    if forced or _MODE.get():
-        return _check_mode(forced or _MODE.get())
+    if explicit := forced or _MODE.get():
+        return _check_mode(explicit)
     env = os.environ.get("WINRS_JAX_MODE", "")
     if env.strip().lower() not in ("", *MODES):
         raise ValueError(f"the environment variable WINRS_JAX_MODE must be one of {MODES}, got {env!r}")

@@ -543,14 +543,15 @@ def _no_gpu_note(sm_count: int) -> str:
 
 # Opt-in shared memory per thread block by compute capability (CUDA's technical specifications), bytes; others
 # (sm_86, sm_89, sm_120, unknown) the least of them.
+REFERENCE_SMEM_PER_BLOCK: int = _winrs.hopper_smem_per_block  # the reference H100's (cpp/winrs/smem.h)
 _SMEM_PER_BLOCK = {
     "8.0": 163 * 1024,
     "8.7": 163 * 1024,
-    "9.0": 227 * 1024,
-    "10.0": 227 * 1024,
-    "10.3": 227 * 1024,
+    "9.0": REFERENCE_SMEM_PER_BLOCK,
+    "10.0": REFERENCE_SMEM_PER_BLOCK,
+    "10.3": REFERENCE_SMEM_PER_BLOCK,
 }
-REFERENCE_SMEM_PER_BLOCK: int = _winrs.hopper_smem_per_block  # the reference H100's (cpp/winrs/smem.h)
+_LEAST_SMEM_PER_BLOCK = 99 * 1024  # sm_86, sm_89, sm_120
 
 
 def _first_gpu() -> Any:
@@ -566,7 +567,9 @@ def _first_gpu() -> Any:
 def default_smem_per_block() -> int:
     """Opt-in shared memory per block of the first visible GPU, else the reference H100's."""
     capability = getattr(_first_gpu(), "compute_capability", None)
-    return REFERENCE_SMEM_PER_BLOCK if capability is None else _SMEM_PER_BLOCK.get(str(capability), 99 * 1024)
+    if capability is None:
+        return REFERENCE_SMEM_PER_BLOCK
+    return _SMEM_PER_BLOCK.get(str(capability), _LEAST_SMEM_PER_BLOCK)
 
 
 def default_sm_count() -> int:
