@@ -6,7 +6,8 @@ A jitted gradient of a four-layer 3x3 network (ReLU between the layers; the loss
 the filters, as training takes it) is compiled in NHWC/HWIO and in NCHW/OIHW, with lax.conv_general_dilated
 and with winrs_jax.conv forced to WinRS. For each: the step's time and, from the optimized HLO, the
 transposes and layout-changing copies XLA kept (physical data movement) and their bytes. The layouts cost
-winrs_jax what NCHW's step time exceeds NHWC's, next to what they cost lax.
+winrs_jax what NCHW's step time exceeds NHWC's, next to what they cost lax. The same for an SGD step (the
+filters updated in the program): whether XLA fuses dW's transpose into the filter layout with the update.
 """
 
 from __future__ import annotations
@@ -80,11 +81,15 @@ def main() -> None:
     options = winrs_jax.PlannerOptions(mode="winrs")
     for impl in ("lax", "winrs"):
         for name, (dn, x, ws) in layouts.items():
-            step = jax.jit(jax.grad(functools.partial(loss, conv=functools.partial(conv, impl, dn, options))))
-            count, written = moves(step.lower(ws, x).compile().as_text())
-            ms = timed(step, ws, x)
-            print(f"{impl:5s} {name}  step {ms:7.3f} ms   transposes/copies kept: {count:2d} "
-                  f"({written / 2**20:7.1f} MiB)")  # fmt: skip
+            grad = jax.grad(functools.partial(loss, conv=functools.partial(conv, impl, dn, options)))
+            for kind, step in (
+                ("gradient", jax.jit(grad)),
+                ("SGD step", jax.jit(functools.partial(sgd, grad))),
+            ):
+                count, written = moves(step.lower(ws, x).compile().as_text())
+                ms = timed(step, ws, x)
+                print(f"{impl:5s} {name}  {kind:8s} {ms:7.3f} ms   transposes/copies kept: {count:2d} "
+                      f"({written / 2**20:7.1f} MiB)")  # fmt: skip
 
 
 def conv(
@@ -93,6 +98,10 @@ def conv(
     if impl == "lax":
         return lax.conv_general_dilated(a, w, (1, 1), "SAME", dimension_numbers=dn)
     return winrs_jax.conv(a, w, (1, 1), "SAME", dimension_numbers=dn, options=options)
+
+
+def sgd(grad: Callable[..., list[jax.Array]], ws: list[jax.Array], x: jax.Array) -> list[jax.Array]:
+    return [w - jnp.asarray(0.01, w.dtype) * g for w, g in zip(ws, grad(ws, x), strict=True)]
 
 
 def loss(ws: list[jax.Array], x: jax.Array, conv: Callable[[jax.Array, jax.Array], jax.Array]) -> jax.Array:

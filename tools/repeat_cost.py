@@ -1,0 +1,92 @@
+"""What auto's repeated timing programs cost to compile and first run, against their number of applications
+(issue 8: a new 2D depthwise layer's first trace spends seconds in XLA's filter gradient).
+
+python tools/repeat_cost.py [--dtype bf16] [--repeats 1,16,1+16] LAYER...   (LAYER in Shape.parse's forms)
+
+For each layer and repeat count R, a fresh process with the CUDA driver's kernel cache off (as on a new machine)
+compiles a program of R applications of XLA's filter gradient (choice.repeated, as auto's measurement builds
+it), then runs it twice, and does the same for WinRS's; one JSON line each: seconds to compile, to the end of
+the first call, and of the second call, and the warm milliseconds per filter gradient from a burst of calls
+(choice.per_call_estimate: with R = 1, how much of the host's dispatch shows in a short kernel's time). If
+XLA's first call grows with R, each application pays cuDNN's run-time work of its own. "1+16": both programs
+in one process, one after the other (what the first leaves in the process's caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def child(layer: str, dtype_name: str, sequence: str, impl: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    import winrs_jax
+    from winrs_jax import choice
+    from winrs_jax.bench.suite import DN, DTYPES, Shape
+
+    jax.jit(lambda a: a + 1)(jnp.ones(8)).block_until_ready()  # the GPU and jax started
+    shape = Shape.parse(layer)
+    dtype, precision = DTYPES[dtype_name]
+    x = jnp.ones((shape.n, *shape.spatial, shape.cin), dtype)
+    dy = jnp.ones((shape.n, *shape.out_spatial, shape.cout), dtype)
+    w = jnp.zeros((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
+    kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
+                  dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    conv = (lambda a, b: lax.conv_general_dilated(a, b, **kwargs)) if impl == "xla" else (
+        lambda a, b: winrs_jax.conv(a, b, **kwargs, options=options))  # fmt: skip
+
+    def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
+        return jax.vjp(lambda w: conv(x, w), w)[1](dy)[0]
+
+    for position, repeats in enumerate(int(r) for r in sequence.split("+")):
+        xs, dys = (x,) * repeats, (dy,) * repeats
+        start = time.perf_counter()
+        compiled = jax.jit(choice.repeated(filter_grad)).lower(xs, dys).compile()
+        compile_s = time.perf_counter() - start
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(xs, dys))
+        first_s = time.perf_counter() - start
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(xs, dys))
+        second_s = time.perf_counter() - start
+        # Warm: ms per filter gradient from a burst of calls, as auto's timing estimates it.
+        per_call_s, _ = choice.per_call_estimate(lambda c=compiled, xs=xs, dys=dys: c(xs, dys)[-1])
+        warm_ms = round(per_call_s * 1e3 / repeats, 4)
+        print(json.dumps(dict(layer=layer, dtype=dtype_name, impl=impl, repeats=repeats, sequence=sequence,
+                              position=position, compile_s=round(compile_s, 3), first_call_s=round(first_s, 3),
+                              second_call_s=round(second_s, 4), warm_ms_per_gradient=warm_ms)), flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("layers", nargs="+")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--repeats", default="1,16,1+16")
+    parser.add_argument("--child", nargs=2, metavar=("IMPL", "REPEATS"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.layers[0], args.dtype, args.child[1], args.child[0])
+        return
+    env = dict(os.environ, CUDA_CACHE_DISABLE="1")
+    for layer in args.layers:
+        for repeats in args.repeats.split(","):
+            for impl in ("xla", "winrs"):
+                done = subprocess.run(
+                    [sys.executable, __file__, "--dtype", args.dtype, "--child", impl, repeats, layer],
+                    env=env, capture_output=True, text=True, check=False,
+                )  # fmt: skip
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                print("\n".join(lines) if lines else json.dumps(dict(layer=layer, impl=impl, repeats=repeats,
+                                                                    error=done.stderr[-600:])), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
