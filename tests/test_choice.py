@@ -558,6 +558,44 @@ def test_repeated_filter_gradients_all_run():
             np.testing.assert_allclose(out, jax.jit(fn)(x, dy), rtol=1e-4, atol=1e-4)
 
 
+def _computations_holding(hlo: str, ops: tuple[str, ...]) -> list[str]:
+    """Names of the computations of an HLO module's text (ENTRY for the entry) holding an instruction with any of
+    ops, once per instruction."""
+    holding, computation = [], ""
+    for line in hlo.splitlines():
+        if line.endswith("{") and not line.startswith(" "):
+            computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
+        holding += [computation] * sum(line.count(op) for op in ops)
+    return holding
+
+
+def test_looped_filter_gradients_run_in_the_loop():
+    """Auto times each candidate by a loop (choice.looped): one instance of the filter gradient inside the loop's
+    body, not hoisted out as invariant (without the write into dy that each iteration makes, XLA moves it into the
+    entry and runs it once), and the result is fn's."""
+    x, dy = jnp.asarray(np.random.default_rng(0).random(LHS), jnp.float32), jnp.ones((*LHS[:3], RHS[3]))
+    spec = dict(
+        window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, precision=lax.Precision.HIGHEST
+    )
+    forced = winrs_jax.PlannerOptions(mode="winrs")
+
+    def xla(x, dy):
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros(RHS))[1](dy)[0]
+
+    def ours(x, dy):
+        return winrs_jax.conv_backward_filter(x, dy, RHS, **spec, options=forced)
+
+    for fn, ops in (
+        (xla, ("convolution(", "__cudnn$conv")),
+        (ours, (f'custom_call_target="{_ffi.TARGET}"',)),
+    ):
+        compiled = jax.jit(choice.looped(fn, 5)).lower(x, dy).compile()
+        hlo = compiled.as_text()
+        (where,) = _computations_holding(hlo, ops)
+        assert where != "ENTRY" and "while(" in hlo
+        np.testing.assert_allclose(compiled(x, dy), jax.jit(fn)(x, dy), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "per_call_s, out_bytes, repeats",
     [(0.1e-3, None, 10), (0.01e-3, None, choice.MAX_REPEATS), (2e-3, None, 1), (0.01e-3, 3, 3)],
@@ -614,11 +652,11 @@ def _spy_programs(monkeypatch, fail_xla=False, delay_s=0.0):
         counted.append(whose(fn, x, dy))
         return repeat_count(fn, x, dy)
 
-    def compiling(fns, x, dy, repeats, first=None):
+    def compiling(fns, x, dy, repeats, first=None, loop=False):
         name, start = whose(fns[0], x, dy), time.perf_counter()
         time.sleep(delay_s)
-        calls = repeated_programs(fns, x, dy, repeats, first)
-        programs.append((name, len(fns), repeats, start, time.perf_counter()))
+        calls = repeated_programs(fns, x, dy, repeats, first, loop)
+        programs.append((name, len(fns), repeats, start, time.perf_counter(), loop))
         if name == "XLA" and fail_xla:
             calls = [lambda: (_ for _ in ()).throw(ValueError("XLA's run failed"))]
         return calls
@@ -638,11 +676,15 @@ def _measure_small():
 
 def test_xla_is_compiled_into_one_program(monkeypatch):
     """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
-    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
+    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers), on a
+    GPU both candidates' repeats by a loop (each instance of XLA's 2D depthwise filter gradient pays cuDNN's
+    run-time compilation at its first run), elsewhere in straight-line code."""
     counted, programs = _spy_programs(monkeypatch)
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
     _measure_small()
-    assert counted == ["WinRS"] and sorted(p[:3] for p in programs) == [("WinRS", 1, 4), ("XLA", 1, 4)]
+    gpu = choice._on_gpu()
+    assert counted == ["WinRS"]
+    assert sorted(p[:3] + p[5:] for p in programs) == [("WinRS", 1, 4, gpu), ("XLA", 1, 4, gpu)]
 
 
 @pytest.mark.parametrize("predicted_s, repeats", [(0.25e-3, 4), (1e-6, choice.MAX_REPEATS), (5e-3, 1)])
@@ -661,7 +703,8 @@ def test_on_a_gpu_the_model_counts_the_repeats(predicted_s, repeats, monkeypatch
                         single(fn, x, dy))  # fmt: skip
     decision = choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
     assert counted == [] and sorted(p[:3] for p in programs) == [("WinRS", 1, repeats), ("XLA", 1, repeats)]
-    assert len(singles) == (2 if repeats == 1 else 0)  # a count of 1: the programs are the single ones
+    assert all(p[5] for p in programs)  # on a GPU by loops
+    assert len(singles) == 2  # a count of 1: the single applications; more: one loop of them each
     assert (decision.xla_ms, decision.winrs_ms) == (4.0 / repeats, 2.0 / repeats)
 
 
@@ -671,7 +714,7 @@ def test_xla_and_winrs_programs_compile_at_once(monkeypatch):
     _, programs = _spy_programs(monkeypatch, delay_s=0.3)
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
     _measure_small()
-    (_, _, _, start_a, end_a), (_, _, _, start_b, end_b) = programs
+    (_, _, _, start_a, end_a, _), (_, _, _, start_b, end_b, _) = programs
     assert max(start_a, start_b) < min(end_a, end_b)
 
 

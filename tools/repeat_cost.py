@@ -1,7 +1,8 @@
 """What auto's repeated timing programs cost to compile and first run, against their number of applications
 (issue 8: a new 2D depthwise layer's first trace spends seconds in XLA's filter gradient).
 
-python tools/repeat_cost.py [--dtype bf16] [--repeats 1,16,1+16] LAYER...   (LAYER in Shape.parse's forms)
+python tools/repeat_cost.py [--dtype bf16] [--repeats 1,16,1+16] [--impls xla,winrs,xla-loop,winrs-loop] LAYER...
+(LAYER in Shape.parse's forms)
 
 For each layer and repeat count R, a fresh process with the CUDA driver's kernel cache off (as on a new machine)
 compiles a program of R applications of XLA's filter gradient (choice.repeated, as auto's measurement builds
@@ -9,7 +10,8 @@ it), then runs it twice, and does the same for WinRS's; one JSON line each: seco
 the first call, and of the second call, and the warm milliseconds per filter gradient from a burst of calls
 (choice.per_call_estimate: with R = 1, how much of the host's dispatch shows in a short kernel's time). If
 XLA's first call grows with R, each application pays cuDNN's run-time work of its own. "1+16": both programs
-in one process, one after the other (what the first leaves in the process's caches).
+in one process, one after the other (what the first leaves in the process's caches). "-loop": the R
+applications by a loop (choice.looped, as auto times them now).
 """
 
 from __future__ import annotations
@@ -40,16 +42,19 @@ def child(layer: str, dtype_name: str, sequence: str, impl: str) -> None:
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     options = winrs_jax.PlannerOptions(mode="winrs")
-    conv = (lambda a, b: lax.conv_general_dilated(a, b, **kwargs)) if impl == "xla" else (
+    conv = (lambda a, b: lax.conv_general_dilated(a, b, **kwargs)) if impl.startswith("xla") else (
         lambda a, b: winrs_jax.conv(a, b, **kwargs, options=options))  # fmt: skip
 
     def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
         return jax.vjp(lambda w: conv(x, w), w)[1](dy)[0]
 
     for position, repeats in enumerate(int(r) for r in sequence.split("+")):
-        xs, dys = (x,) * repeats, (dy,) * repeats
+        if impl.endswith("-loop"):
+            xs, dys, program = x, dy, choice.looped(filter_grad, repeats)
+        else:
+            xs, dys, program = (x,) * repeats, (dy,) * repeats, choice.repeated(filter_grad)
         start = time.perf_counter()
-        compiled = jax.jit(choice.repeated(filter_grad)).lower(xs, dys).compile()
+        compiled = jax.jit(program).lower(xs, dys).compile()
         compile_s = time.perf_counter() - start
         start = time.perf_counter()
         jax.block_until_ready(compiled(xs, dys))
@@ -58,7 +63,10 @@ def child(layer: str, dtype_name: str, sequence: str, impl: str) -> None:
         jax.block_until_ready(compiled(xs, dys))
         second_s = time.perf_counter() - start
         # Warm: ms per filter gradient from a burst of calls, as auto's timing estimates it.
-        per_call_s, _ = choice.per_call_estimate(lambda c=compiled, xs=xs, dys=dys: c(xs, dys)[-1])
+        looped = impl.endswith("-loop")
+        per_call_s, _ = choice.per_call_estimate(
+            lambda c=compiled, xs=xs, dys=dys, looped=looped: c(xs, dys) if looped else c(xs, dys)[-1]
+        )
         warm_ms = round(per_call_s * 1e3 / repeats, 4)
         print(json.dumps(dict(layer=layer, dtype=dtype_name, impl=impl, repeats=repeats, sequence=sequence,
                               position=position, compile_s=round(compile_s, 3), first_call_s=round(first_s, 3),
@@ -70,6 +78,7 @@ def main() -> None:
     parser.add_argument("layers", nargs="+")
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--repeats", default="1,16,1+16")
+    parser.add_argument("--impls", default="xla,winrs")
     parser.add_argument("--child", nargs=2, metavar=("IMPL", "REPEATS"))
     args = parser.parse_args()
     if args.child:
@@ -78,7 +87,7 @@ def main() -> None:
     env = dict(os.environ, CUDA_CACHE_DISABLE="1")
     for layer in args.layers:
         for repeats in args.repeats.split(","):
-            for impl in ("xla", "winrs"):
+            for impl in args.impls.split(","):
                 done = subprocess.run(
                     [sys.executable, __file__, "--dtype", args.dtype, "--child", impl, repeats, layer],
                     env=env, capture_output=True, text=True, check=False,

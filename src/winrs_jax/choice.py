@@ -348,23 +348,52 @@ def repeated(
     return run
 
 
+def looped(
+    fn: Callable[[jax.Array, jax.Array], jax.Array], repeats: int
+) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """fn (x, dy) -> dW applied `repeats` times in one program by a loop, the last result returned: one instance of
+    fn's operations, run `repeats` times. Where each instance in a program pays work of its own at its first run
+    (cuDNN's run-time compiled kernels behind XLA's 2D depthwise filter gradients: about 1.2 s each for a bf16 7x7
+    one on an H200, 2026-11-28, tools/repeat_cost.py), `repeated` pays it `repeats` times. Each iteration writes
+    one element of its own dy (the previous dW's first element times zero), so that XLA cannot hoist fn out of the
+    loop as invariant; that write costs a one-element kernel per iteration, the same for every candidate."""
+
+    def run(x: jax.Array, dy: jax.Array) -> jax.Array:
+        corner = (0,) * dy.ndim
+
+        def body(_: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            dy_i, previous = carry
+            touch = lax.dynamic_slice(dy_i, corner, (1,) * dy.ndim) + (previous.reshape(-1)[:1] * 0).astype(
+                dy.dtype
+            ).reshape((1,) * dy.ndim)
+            dy_i = lax.dynamic_update_slice(dy_i, touch, corner)
+            return dy_i, fn(x, dy_i)
+
+        out = jax.eval_shape(fn, x, dy)
+        return lax.fori_loop(0, repeats, body, (dy, jnp.zeros(out.shape, out.dtype)))[1]
+
+    return run
+
+
 def repeated_calls(
     fns: list[Callable[[jax.Array, jax.Array], jax.Array]],
     x: jax.Array,
     dy: jax.Array,
     repeats: int | None = None,
     every: bool = False,
+    loop: bool = False,
 ) -> tuple[list[Callable[[], jax.Array]], int]:
-    """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`), the same count for all, and that
-    count, which divides their times. The count: `repeats`, else `repeat_count` of the first. (Counted from the
-    first alone, the others compile once: compiling and timing every candidate alone first made the H100's first
-    choices 0.2-0.45 s longer.) `every` (benchmarks): the largest `repeat_count` of them all, so that the
-    shortest call is not timed with its program's dispatch (a 0.03 ms call beside a 1 ms one read 0.064 ms)."""
+    """Calls of each fn (x, dy) -> dW repeated in one program (`repeated`, or `looped` with `loop`), the same count
+    for all, and that count, which divides their times. The count: `repeats`, else `repeat_count` of the first.
+    (Counted from the first alone, the others compile once: compiling and timing every candidate alone first made
+    the H100's first choices 0.2-0.45 s longer.) `every` (benchmarks): the largest `repeat_count` of them all, so
+    that the shortest call is not timed with its program's dispatch (a 0.03 ms call beside a 1 ms one read 0.064
+    ms)."""
     first = None
     if repeats is None:
         counted = [repeat_count(fn, x, dy) for fn in (fns if every else fns[:1])]
         first, repeats = counted[0][0], max(count for _, count in counted)
-    return repeated_programs(fns, x, dy, repeats, first), repeats
+    return repeated_programs(fns, x, dy, repeats, first, loop), repeats
 
 
 def _single(
@@ -415,10 +444,14 @@ def repeated_programs(
     dy: jax.Array,
     repeats: int,
     first: Callable[[], jax.Array] | None = None,
+    loop: bool = False,
 ) -> list[Callable[[], jax.Array]]:
-    """Calls of each fn applied `repeats` times in one program; `first`, where given, is fns[0]'s call alone."""
+    """Calls of each fn applied `repeats` times in one program (by a loop with `loop`: `looped`); `first`, where
+    given, is fns[0]'s call alone."""
     if repeats == 1:
         return [first or _single(fns[0], x, dy), *(_single(fn, x, dy) for fn in fns[1:])]
+    if loop:
+        return [_single(looped(fn, repeats), x, dy) for fn in fns]
     xs, dys = (x,) * repeats, (dy,) * repeats
     compiled = [jax.jit(repeated(fn)).lower(xs, dys).compile() for fn in fns]
     # The last result is ready when the program is: waiting on it waits for all.
@@ -491,9 +524,10 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # XLA's program compiles while WinRS's do (one after the other, the compiles took about half of a bf16 3x3
     # layer's 1.0 s first choice on an H100).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="winrs_jax-compile") as pool:
-        xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats)
+        loop = _on_gpu()
+        xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats, loop=loop)
         winrs_future = (
-            None if failure else pool.submit(repeated_programs, winrs_fns, x, dy, repeats or 1, first)
+            None if failure else pool.submit(repeated_programs, winrs_fns, x, dy, repeats or 1, first, loop)
         )
         (xla_call,), repeats = xla_future.result()  # XLA's failures are lax's,
         xla_call().block_until_ready()  # its first run's too, not taken for WinRS's in _time_all
