@@ -589,7 +589,7 @@ def test_looped_filter_gradients_run_in_the_loop():
         (xla, ("convolution(", "__cudnn$conv")),
         (ours, (f'custom_call_target="{_ffi.TARGET}"',)),
     ):
-        compiled = jax.jit(choice.looped(fn, 5)).lower(x, dy).compile()
+        compiled = jax.jit(choice.looped(fn, choice.MAX_REPEATS)).lower(x, dy).compile()
         hlo = compiled.as_text()
         (where,) = _computations_holding(hlo, ops)
         assert where != "ENTRY" and "while(" in hlo
@@ -664,6 +664,7 @@ def _spy_programs(monkeypatch, fail_xla=False, delay_s=0.0):
     monkeypatch.setattr(choice, "repeat_count", counting)
     monkeypatch.setattr(choice, "repeated_programs", compiling)
     monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
+    monkeypatch.setattr(choice, "_on_gpu", lambda: False)  # the repeats counted as elsewhere than on a GPU
     return counted, programs
 
 
@@ -676,15 +677,31 @@ def _measure_small():
 
 def test_xla_is_compiled_into_one_program(monkeypatch):
     """Auto counts the repeats on WinRS's candidate and compiles XLA's filter gradient once, into the program of
-    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers), on a
-    GPU both candidates' repeats by a loop (each instance of XLA's 2D depthwise filter gradient pays cuDNN's
-    run-time compilation at its first run), elsewhere in straight-line code."""
+    that many (each first run of a program with XLA's cuDNN convolution cost seconds on 2D depthwise layers)."""
     counted, programs = _spy_programs(monkeypatch)
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
     _measure_small()
-    gpu = choice._on_gpu()
     assert counted == ["WinRS"]
-    assert sorted(p[:3] + p[5:] for p in programs) == [("WinRS", 1, 4, gpu), ("XLA", 1, 4, gpu)]
+    assert sorted(p[:3] + p[5:] for p in programs) == [("WinRS", 1, 4, False), ("XLA", 1, 4, False)]
+
+
+@pytest.mark.parametrize("groups, loop", [(4, True), (2, False), (1, False)])
+def test_on_a_gpu_depthwise_layers_are_timed_by_loops(groups, loop, monkeypatch):
+    """On a GPU a depthwise layer's candidates run their repeats by a loop (each instance of XLA's 2D depthwise
+    filter gradient paid cuDNN's run-time compilation at its first run: seconds each); other layers' in
+    straight-line code, as everywhere off a GPU."""
+    _, programs = _spy_programs(monkeypatch)
+    monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])
+    monkeypatch.setattr(choice, "_on_gpu", lambda: True)
+    lhs_shape, rhs_shape = (2, 9, 9, 4), (3, 3, 4 // groups, 4)
+    options = winrs_jax.PlannerOptions(mode="winrs")
+    plan = winrs_jax.plan(jnp.ones(lhs_shape), jnp.ones(rhs_shape), (1, 1), "SAME", dimension_numbers=NHWC,
+                          feature_group_count=groups, options=options)  # fmt: skip
+    plan = dataclasses.replace(plan, predicted_seconds=0.25e-3)  # 4 repeats
+    spec = make_spec(lhs_shape, rhs_shape, jnp.float32, jnp.float32, (1, 1), "SAME", None, None, NHWC, groups, 1,
+                     None, None)  # fmt: skip
+    choice._measure(plan, choice.Layer(lhs_shape, rhs_shape, jnp.float32, spec))
+    assert sorted(p[:3] + p[5:] for p in programs) == [("WinRS", 1, 4, loop), ("XLA", 1, 4, loop)]
 
 
 @pytest.mark.parametrize("predicted_s, repeats", [(0.25e-3, 4), (1e-6, choice.MAX_REPEATS), (5e-3, 1)])
@@ -703,8 +720,7 @@ def test_on_a_gpu_the_model_counts_the_repeats(predicted_s, repeats, monkeypatch
                         single(fn, x, dy))  # fmt: skip
     decision = choice._measure(plan, _layer((2, 9, 9, 4), (3, 3, 4, 4), NHWC))
     assert counted == [] and sorted(p[:3] for p in programs) == [("WinRS", 1, repeats), ("XLA", 1, repeats)]
-    assert all(p[5] for p in programs)  # on a GPU by loops
-    assert len(singles) == 2  # a count of 1: the single applications; more: one loop of them each
+    assert len(singles) == (2 if repeats == 1 else 0)  # a count of 1: the programs are the single ones
     assert (decision.xla_ms, decision.winrs_ms) == (4.0 / repeats, 2.0 / repeats)
 
 
@@ -774,6 +790,7 @@ def test_the_inputs_are_made_in_one_program(monkeypatch):
 def test_the_measurement_divides_by_the_repeats(monkeypatch):
     """Each timed call runs `repeats` filter gradients: the decision records ms per filter gradient."""
     monkeypatch.setattr(choice, "per_call_estimate", lambda fn: (0.25e-3, 1))  # 4 repeats make REPEAT_S
+    monkeypatch.setattr(choice, "_on_gpu", lambda: False)  # counted from them, as off a GPU
     monkeypatch.setattr(choice, "_time_all", lambda fns, **kwargs: [4.0, 2.0])  # ms per call of 4
     options = winrs_jax.PlannerOptions(mode="winrs")
     plan = winrs_jax.plan(jnp.ones((2, 9, 9, 4)), jnp.ones((3, 3, 4, 4)), (1, 1), "SAME",

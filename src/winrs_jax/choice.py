@@ -425,6 +425,20 @@ def _on_gpu() -> bool:
     return jax.devices()[0].platform == "gpu"
 
 
+def _times_by_loop(layer: Layer) -> bool:
+    """Whether auto times the layer's candidates by a loop (`looped`) instead of in straight-line code: depthwise
+    layers on a GPU. Each instance of XLA's 2D depthwise filter gradient in a program paid cuDNN's run-time
+    compilation at its first run (bf16, H200, 2026-11-28: 1.2 s each on 7x7 64:28:256, 0.5 s on 3x3 64:56:128; a
+    program of 16 took 20.7 and 8.7 s to its first result, of one 1.5 and 0.9 s), which made auto's first trace 8-22
+    s longer than lax's; by a loop it was 0.8 s shorter. Elsewhere straight-line code: a loop's iteration cost
+    8-40 us more per filter gradient on the GPU (3x3 128:28:128 and 16:64:128 bf16, H200: XLA 0.061 -> 0.079 and
+    0.048 -> 0.056 ms, WinRS 0.071 -> 0.096 and 0.076 -> 0.091), which blurs close choices, and XLA's CPU backend
+    ran a convolution 25x slower in a loop's body."""
+    spec = layer.spec
+    in_channels = layer.lhs_shape[spec.dimension_numbers.lhs_spec[1]]
+    return _on_gpu() and spec.feature_group_count > 1 and spec.feature_group_count == in_channels
+
+
 def model_repeats(plan: Plan, rhs_shape: tuple[int, ...]) -> int | None:
     """On a GPU, the repeats that make REPEAT_S of work by the planner's predicted time of the plan (at most
     MAX_REPEATS and MAX_REPEAT_OUTPUT_BYTES of float32 results), so that no program of one application is
@@ -524,7 +538,7 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # XLA's program compiles while WinRS's do (one after the other, the compiles took about half of a bf16 3x3
     # layer's 1.0 s first choice on an H100).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="winrs_jax-compile") as pool:
-        loop = _on_gpu()
+        loop = _times_by_loop(layer)
         xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats, loop=loop)
         winrs_future = (
             None if failure else pool.submit(repeated_programs, winrs_fns, x, dy, repeats or 1, first, loop)
