@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import winrs_jax
-from winrs_jax import _winrs
+from winrs_jax import _winrs, planner
 from winrs_jax.planner import ACCURACY_BUDGET, PlannerOptions, plan_canonical
 
 VARIANTS = winrs_jax.variants()
@@ -221,6 +221,19 @@ def test_wide_filter_row_tile_where_it_fills_the_gpu(batch, size, channels, filt
     assert "a thread block computes " + ("3 filter columns" if wide else "1 filter column") in str(plan)
     assert (plan.segment_shape[1] >= plan.out_grad_hw[1] // 2) == wide, plan.segment_shape
     assert tf32.segment_shape[1] < tf32.out_grad_hw[1] // 2, tf32.segment_shape
+
+
+def test_the_wide_tile_can_be_turned_off_for_an_ab(monkeypatch):
+    """WINRS_JAX_WIDE_TAPS=0 (read by the planner and the launch, for tools/ab_env.py) plans the one-tap 128 x 128
+    block where the filter-row tile of 128 x 128 channels would run: the 1D k=3 audio layer of the real suite."""
+    plans = {}
+    for value in ("1", "0"):
+        monkeypatch.setenv("WINRS_JAX_WIDE_TAPS", value)
+        planner._plan_canonical.cache_clear()
+        plans[value] = plan_canonical(32, (1, 16000), 256, 256, (1, 3), (0, 0, 1, 1), "bf16", "bf16",
+                                      PlannerOptions(sm_count=132))  # fmt: skip
+    planner._plan_canonical.cache_clear()
+    assert plans["1"].work_tile == (3, 128, 128, 1) and plans["0"].work_tile == (1, 128, 128, 1)
 
 
 @pytest.mark.parametrize(

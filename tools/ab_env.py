@@ -24,7 +24,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_c
 from winrs_jax import choice, planner
 from winrs_jax.bench.suite import WINRS, Shape, _compiled, _filter_grads, time_ms
 
-PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "DETERMINISTIC"}
+PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "WINRS_JAX_WIDE_TAPS", "DETERMINISTIC"}
 
 
 def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None:
@@ -34,6 +34,7 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
         for value in values if var in PLAN_TIME else values[:1]:
             os.environ[var] = value
             planner._plan_grouped.cache_clear()
+            planner._plan_canonical.cache_clear()
             options = (
                 dataclasses.replace(WINRS, deterministic=value == "1") if var == "DETERMINISTIC" else WINRS
             )

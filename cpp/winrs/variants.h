@@ -4,6 +4,8 @@
 // bindings, the tests and the docs all iterate over it.
 #pragma once
 
+#include <cstdlib>
+
 #include "paths.h"
 #include "problem.h"
 #include "smem.h"
@@ -218,12 +220,20 @@ constexpr bool strided_taps(Path path, const Problem& p) {
          wide_ok && p.out_c % 8 == 0 && p.in_c % 8 == 0;
 }
 
+// WINRS_JAX_WIDE_TAPS=0 runs the one-tap block where wide_taps would run the 128 x 128 filter-row tile: an
+// A/B of the two (tools/ab_env.py), whose rule above was measured before the one-tap block became the
+// persistent 128 x 256 kernel (nineteenth stop). Read by the planner and the launch alike.
+inline bool wide_taps_enabled() {
+  const char* flag = std::getenv("WINRS_JAX_WIDE_TAPS");
+  return !(flag && flag[0] == '0');
+}
+
 // The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M), the
 // blocks resident per SM and filter rows. One function for the planner's block count and the kernel launch.
 struct TileShape {
   int columns, block_oc, block_ic, blocks_per_sm, rows = 1;
 };
-constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
+inline TileShape tile_shape(int variant, Path path, const Problem& p) {
   if (variant == 0 && p.strided() && strided_taps(path, p)) {
     // (Where the 128 x 128 block does not fit the GPU, the 64 x 64 one takes the same layers.)
     if (strided_wide(p) && wide_taps_fit(path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
@@ -232,7 +242,7 @@ constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
   if (window_taps(variant, path, p)) return {kDirectTaps, kNarrowBlock, kNarrowBlock, 1, kWindowRows};
   if (direct_taps(variant, path, p.filter_w, p.out_c, p.in_c))
     return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
-  if (wide_taps(variant, path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
+  if (wide_taps(variant, path, p) && wide_taps_enabled()) return {kDirectTaps, kWideBlock, kWideBlock, 1};
   const KernelShape& s = kVariants[variant].shape(path);
   // (The direct kernel's 128 x 128 block, copy-staged, takes 102 KiB: more than sm_86 and sm_89 give.)
   const bool one_tap_fits = variant != 0 || !path_info(path).tensor_cores ||
