@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -53,6 +53,11 @@ for stage in "$@"; do
       (cd tests && timeout 540 python3 -m pytest -q -m gpu --tb=line -p no:cacheprovider ${TEST_K:+-k "$TEST_K"} 2>&1 \
         | tee "$OUT/gpu-tests.log" \
         | tail -25) ;;
+    auto-tests)
+      # The CPU suite's tests of auto mode and the bench, run where auto's measurement takes its GPU paths (loops for
+      # depthwise layers, repeats from the plan's predicted time).
+      (cd tests && timeout 300 python3 -m pytest -q -p no:cacheprovider --tb=short test_choice.py test_bench.py 2>&1 \
+        | tee "$OUT/auto-tests.log" | tail -25) ;;
     suite)
       (cd tests && timeout 400 python3 -m pytest -q -m "not gpu" -p no:cacheprovider --tb=line 2>&1 \
         | tee "$OUT/suite.log" | tail -15)
