@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -569,31 +570,62 @@ def _computations_holding(hlo: str, ops: tuple[str, ...]) -> list[str]:
     return holding
 
 
-def test_looped_filter_gradients_run_in_the_loop():
-    """Auto times each candidate by a loop (choice.looped): one instance of the filter gradient inside the loop's
-    body, not hoisted out as invariant (without the write into dy that each iteration makes, XLA moves it into the
-    entry and runs it once), and the result is fn's."""
-    x, dy = jnp.asarray(np.random.default_rng(0).random(LHS), jnp.float32), jnp.ones((*LHS[:3], RHS[3]))
-    spec = dict(
-        window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, precision=lax.Precision.HIGHEST
-    )
+@pytest.mark.parametrize("groups", [1, 4])
+def test_looped_filter_gradients_run_in_the_loop(groups):
+    """Auto times a 2D depthwise layer's candidates by a loop (choice.looped): one instance of the filter gradient
+    inside the loop's body, not hoisted out as invariant (without the write into dy that each iteration makes, XLA
+    moves it into the entry and runs it once), and the result is fn's. The dense kernels' target and the grouped
+    ones' (which depthwise layers run)."""
+    lhs, rhs = (2, 10, 10, 4), (3, 3, 4 // groups, 4)
+    x, dy = jnp.asarray(np.random.default_rng(0).random(lhs), jnp.float32), jnp.ones((*lhs[:3], rhs[3]))
+    spec = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=groups,
+                precision=lax.Precision.HIGHEST)  # fmt: skip
     forced = winrs_jax.PlannerOptions(mode="winrs")
 
     def xla(x, dy):
-        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros(RHS))[1](dy)[0]
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros(rhs))[1](dy)[0]
 
     def ours(x, dy):
-        return winrs_jax.conv_backward_filter(x, dy, RHS, **spec, options=forced)
+        return winrs_jax.conv_backward_filter(x, dy, rhs, **spec, options=forced)
 
-    for fn, ops in (
-        (xla, ("convolution(", "__cudnn$conv")),
-        (ours, (f'custom_call_target="{_ffi.TARGET}"',)),
-    ):
+    target = _ffi.TARGET if groups == 1 else _ffi.GROUPED_TARGET
+    for fn, ops in ((xla, ("convolution(", "__cudnn$conv")), (ours, (f'custom_call_target="{target}"',))):
         compiled = jax.jit(choice.looped(fn, choice.MAX_REPEATS)).lower(x, dy).compile()
         hlo = compiled.as_text()
         (where,) = _computations_holding(hlo, ops)
         assert where != "ENTRY" and "while(" in hlo
         np.testing.assert_allclose(compiled(x, dy), jax.jit(fn)(x, dy), rtol=1e-4, atol=1e-4)
+
+
+def _calls(hlo: str) -> list[tuple[str, str]]:
+    """(computation, line) of each instruction line of an HLO module's text that calls another computation."""
+    calls, computation = [], ""
+    for line in hlo.splitlines():
+        if line.endswith("{") and not line.startswith(" "):
+            computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
+        elif "calls=" in line:
+            calls.append((computation, line))
+    return calls
+
+
+def test_looped_work_on_x_stays_in_the_loop():
+    """What fn does to x alone (here a cast, as a bfloat16 layer with float32 results has) runs in every iteration,
+    as it does in each training step: the loop writes into its own x as well as dy. And an infinite dW does not
+    turn the write into a NaN: the result is still fn's."""
+
+    def fn(x, dy):
+        return jnp.einsum("nc,nk->ck", jnp.sin(x.astype(jnp.float32)), dy.astype(jnp.float32))
+
+    x, dy = jnp.ones((8, 4), jnp.bfloat16), jnp.ones((8, 3), jnp.bfloat16)
+    hlo = jax.jit(choice.looped(fn, 4)).lower(x, dy).compile().as_text()
+    body = re.search(r"while\(.*body=(%[\w.]+)", hlo).group(1)
+    (where,) = _computations_holding(hlo, ("sine(",))
+    while where.startswith("%fused") or where.startswith("%wrapped"):  # the fusion's caller
+        (where,) = [c for c, line in _calls(hlo) if re.search(rf"calls={re.escape(where)}(?![\w.])", line)]
+    assert where == body
+    big = jnp.full((8, 4), 60000.0, jnp.float16)
+    out = jax.jit(choice.looped(lambda x, dy: x.T @ dy, 3))(big, big[:, :3])
+    assert np.isinf(np.asarray(out)).all() and not np.isnan(np.asarray(out)).any()
 
 
 @pytest.mark.parametrize(
@@ -687,7 +719,7 @@ def test_xla_is_compiled_into_one_program(monkeypatch):
 
 @pytest.mark.parametrize("groups, loop", [(4, True), (2, False), (1, False)])
 def test_on_a_gpu_depthwise_layers_are_timed_by_loops(groups, loop, monkeypatch):
-    """On a GPU a depthwise layer's candidates run their repeats by a loop (each instance of XLA's 2D depthwise
+    """On a GPU a 2D depthwise layer's candidates run their repeats by a loop (each instance of XLA's 2D depthwise
     filter gradient paid cuDNN's run-time compilation at its first run: seconds each); other layers' in
     straight-line code, as everywhere off a GPU."""
     _, programs = _spy_programs(monkeypatch)
@@ -702,6 +734,22 @@ def test_on_a_gpu_depthwise_layers_are_timed_by_loops(groups, loop, monkeypatch)
                      None, None)  # fmt: skip
     choice._measure(plan, choice.Layer(lhs_shape, rhs_shape, jnp.float32, spec))
     assert sorted(p[:3] + p[5:] for p in programs) == [("WinRS", 1, 4, loop), ("XLA", 1, 4, loop)]
+
+
+@pytest.mark.parametrize(
+    "lhs_shape, rhs_shape, layout, groups, loop",
+    [((2, 6, 9, 9), (6, 1, 3, 3), NCHW, 6, True), ((2, 6, 9, 9), (6, 3, 3, 3), NCHW, 2, False),
+     ((2, 9, 9, 6), (3, 3, 1, 6), NHWC, 6, True), ((2, 9, 6), (3, 1, 6), ("NWC", "WIO", "NWC"), 6, False),
+     ((2, 5, 9, 9, 6), (3, 3, 3, 1, 6), ("NDHWC", "DHWIO", "NDHWC"), 6, False)],
+)  # fmt: skip
+def test_the_loop_rule_reads_the_layout(lhs_shape, rhs_shape, layout, groups, loop, monkeypatch):
+    """Depthwise means as many groups as input channels, read from the layout's feature axis (NCHW: axis 1); 1D and
+    3D depthwise layers keep straight-line repeats (their XLA compile was not measured)."""
+    monkeypatch.setattr(choice, "_on_gpu", lambda: True)
+    rank = len(lhs_shape) - 2
+    spec = make_spec(lhs_shape, rhs_shape, jnp.float32, jnp.float32, (1,) * rank, "SAME", None, None, layout,
+                     groups, 1, None, None)  # fmt: skip
+    assert choice._times_by_loop(choice.Layer(lhs_shape, rhs_shape, jnp.float32, spec)) == loop
 
 
 @pytest.mark.parametrize("predicted_s, repeats", [(0.25e-3, 4), (1e-6, choice.MAX_REPEATS), (5e-3, 1)])

@@ -355,22 +355,23 @@ def looped(
     fn's operations, run `repeats` times. Where each instance in a program pays work of its own at its first run
     (cuDNN's run-time compiled kernels behind XLA's 2D depthwise filter gradients: about 1.2 s each for a bf16 7x7
     one on an H200, 2026-11-28, tools/repeat_cost.py), `repeated` pays it `repeats` times. Each iteration writes
-    one element of its own dy (the previous dW's first element times zero), so that XLA cannot hoist fn out of the
-    loop as invariant; that write costs a one-element kernel per iteration, the same for every candidate."""
+    one element of its own x and dy (itself plus the previous dW's first element, made finite, times zero), so that
+    XLA can hoist none of fn's work out of the loop as invariant (x's padding or casts included); those writes cost
+    a small kernel per iteration. Where auto uses it: _times_by_loop."""
+
+    def touched(a: jax.Array, previous: jax.Array) -> jax.Array:
+        corner, one = (0,) * a.ndim, (1,) * a.ndim
+        zero = (jnp.nan_to_num(previous.reshape(-1)[:1]) * 0).astype(a.dtype).reshape(one)
+        return lax.dynamic_update_slice(a, lax.dynamic_slice(a, corner, one) + zero, corner)
 
     def run(x: jax.Array, dy: jax.Array) -> jax.Array:
-        corner = (0,) * dy.ndim
-
-        def body(_: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-            dy_i, previous = carry
-            touch = lax.dynamic_slice(dy_i, corner, (1,) * dy.ndim) + (previous.reshape(-1)[:1] * 0).astype(
-                dy.dtype
-            ).reshape((1,) * dy.ndim)
-            dy_i = lax.dynamic_update_slice(dy_i, touch, corner)
-            return dy_i, fn(x, dy_i)
+        def body(_: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
+            x_i, dy_i, previous = carry
+            x_i, dy_i = touched(x_i, previous), touched(dy_i, previous)
+            return x_i, dy_i, fn(x_i, dy_i)
 
         out = jax.eval_shape(fn, x, dy)
-        return lax.fori_loop(0, repeats, body, (dy, jnp.zeros(out.shape, out.dtype)))[1]
+        return lax.fori_loop(0, repeats, body, (x, dy, jnp.zeros(out.shape, out.dtype)))[2]
 
     return run
 
@@ -426,17 +427,19 @@ def _on_gpu() -> bool:
 
 
 def _times_by_loop(layer: Layer) -> bool:
-    """Whether auto times the layer's candidates by a loop (`looped`) instead of in straight-line code: depthwise
-    layers on a GPU. Each instance of XLA's 2D depthwise filter gradient in a program paid cuDNN's run-time
-    compilation at its first run (bf16, H200, 2026-11-28: 1.2 s each on 7x7 64:28:256, 0.5 s on 3x3 64:56:128; a
-    program of 16 took 20.7 and 8.7 s to its first result, of one 1.5 and 0.9 s), which made auto's first trace 8-22
-    s longer than lax's; by a loop it was 0.8 s shorter. Elsewhere straight-line code: a loop's iteration cost
-    8-40 us more per filter gradient on the GPU (3x3 128:28:128 and 16:64:128 bf16, H200: XLA 0.061 -> 0.079 and
-    0.048 -> 0.056 ms, WinRS 0.071 -> 0.096 and 0.076 -> 0.091), which blurs close choices, and XLA's CPU backend
-    ran a convolution 25x slower in a loop's body."""
+    """Whether auto times the layer's candidates by a loop (`looped`) instead of in straight-line code: 2D
+    depthwise layers on a GPU (1D and 3D ones were not measured). Each instance of XLA's 2D depthwise filter gradient
+    in a program paid cuDNN's run-time compilation at its first run (bf16, H200, 2026-11-28: 1.2 s each on 7x7
+    64:28:256, 0.5 s on 3x3 64:56:128; a program of 16 took 20.7 and 8.7 s to its first result, of one 1.5 and
+    0.9 s), which made auto's first trace 8-22 s longer than lax's; by a loop it was 0.8 s shorter. Elsewhere
+    straight-line code: a loop's iteration cost 8-40 us more per filter gradient on the GPU (3x3 128:28:128 and
+    16:64:128 bf16, H200: XLA 0.061 -> 0.079 and 0.048 -> 0.056 ms, WinRS 0.071 -> 0.096 and 0.076 -> 0.091; more
+    for WinRS on two of the three layers measured, against its choice), which blurs close choices, and XLA's CPU
+    backend ran a convolution 25x slower in a loop's body."""
     spec = layer.spec
     in_channels = layer.lhs_shape[spec.dimension_numbers.lhs_spec[1]]
-    return _on_gpu() and spec.feature_group_count > 1 and spec.feature_group_count == in_channels
+    depthwise = spec.feature_group_count > 1 and spec.feature_group_count == in_channels
+    return _on_gpu() and depthwise and len(layer.lhs_shape) == 4
 
 
 def model_repeats(plan: Plan, rhs_shape: tuple[int, ...]) -> int | None:
