@@ -559,23 +559,28 @@ def test_repeated_filter_gradients_all_run():
             np.testing.assert_allclose(out, jax.jit(fn)(x, dy), rtol=1e-4, atol=1e-4)
 
 
-def _computations_holding(hlo: str, ops: tuple[str, ...]) -> list[str]:
-    """Names of the computations of an HLO module's text (ENTRY for the entry) holding an instruction with any of
-    ops, once per instruction."""
-    holding, computation = [], ""
+def _lines_by_computation(hlo: str) -> list[tuple[str, str]]:
+    """(computation, line) of each line inside a computation of an HLO module's text (ENTRY for the entry)."""
+    lines, computation = [], ""
     for line in hlo.splitlines():
         if line.endswith("{") and not line.startswith(" "):
             computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
-        holding += [computation] * sum(line.count(op) for op in ops)
-    return holding
+        elif computation:
+            lines.append((computation, line))
+    return lines
+
+
+def _computations_holding(hlo: str, ops: tuple[str, ...]) -> list[str]:
+    """Names of the computations holding an instruction with any of ops, once per instruction."""
+    return [c for c, line in _lines_by_computation(hlo) for op in ops for _ in range(line.count(op))]
 
 
 @pytest.mark.parametrize("groups", [1, 4])
 def test_looped_filter_gradients_run_in_the_loop(groups):
     """Auto times a 2D depthwise layer's candidates by a loop (choice.looped): one instance of the filter gradient
-    inside the loop's body, not hoisted out as invariant (without the write into dy that each iteration makes, XLA
-    moves it into the entry and runs it once), and the result is fn's. The dense kernels' target and the grouped
-    ones' (which depthwise layers run)."""
+    inside the loop's body, not hoisted out as invariant (without the writes into x and dy that each iteration
+    makes, XLA moves it into the entry and runs it once), and the result is fn's. The dense kernels' target and the
+    grouped ones' (which depthwise layers run)."""
     lhs, rhs = (2, 10, 10, 4), (3, 3, 4 // groups, 4)
     x, dy = jnp.asarray(np.random.default_rng(0).random(lhs), jnp.float32), jnp.ones((*lhs[:3], rhs[3]))
     spec = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=groups,
@@ -597,17 +602,6 @@ def test_looped_filter_gradients_run_in_the_loop(groups):
         np.testing.assert_allclose(compiled(x, dy), jax.jit(fn)(x, dy), rtol=1e-4, atol=1e-4)
 
 
-def _calls(hlo: str) -> list[tuple[str, str]]:
-    """(computation, line) of each instruction line of an HLO module's text that calls another computation."""
-    calls, computation = [], ""
-    for line in hlo.splitlines():
-        if line.endswith("{") and not line.startswith(" "):
-            computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
-        elif "calls=" in line:
-            calls.append((computation, line))
-    return calls
-
-
 def test_looped_work_on_x_stays_in_the_loop():
     """What fn does to x alone (here a cast, as a bfloat16 layer with float32 results has) runs in every iteration,
     as it does in each training step: the loop writes into its own x as well as dy. And an infinite dW does not
@@ -621,7 +615,11 @@ def test_looped_work_on_x_stays_in_the_loop():
     body = re.search(r"while\(.*body=(%[\w.]+)", hlo).group(1)
     (where,) = _computations_holding(hlo, ("sine(",))
     while where.startswith("%fused") or where.startswith("%wrapped"):  # the fusion's caller
-        (where,) = [c for c, line in _calls(hlo) if re.search(rf"calls={re.escape(where)}(?![\w.])", line)]
+        (where,) = [
+            c
+            for c, line in _lines_by_computation(hlo)
+            if re.search(rf"calls={re.escape(where)}(?![\w.])", line)
+        ]
     assert where == body
     big = jnp.full((8, 4), 60000.0, jnp.float16)
     out = jax.jit(choice.looped(lambda x, dy: x.T @ dy, 3))(big, big[:, :3])
