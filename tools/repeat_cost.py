@@ -6,12 +6,14 @@ python tools/repeat_cost.py [--dtype bf16] [--repeats 1,16,1+16] [--impls xla,wi
 
 For each layer and repeat count R, a fresh process with the CUDA driver's kernel cache off (as on a new machine)
 compiles a program of R applications of XLA's filter gradient (choice.repeated, as auto's measurement builds
-it), then runs it twice, and does the same for WinRS's; one JSON line each: seconds to compile, to the end of
+it), then runs it twice, and does the same for WinRS's (the bench's filter gradients and inputs: bench.suite's
+_filter_grads and _layer); one JSON line each: seconds to compile, to the end of
 the first call, and of the second call, and the warm milliseconds per filter gradient from a burst of calls
 (choice.per_call_estimate: with R = 1, how much of the host's dispatch shows in a short kernel's time). If
 XLA's first call grows with R, each application pays cuDNN's run-time work of its own. "1+16": both programs
 in one process, one after the other (what the first leaves in the process's caches). "-loop": the R
-applications by a loop (choice.looped, as auto times them now).
+applications by a loop (choice.looped, as auto times 2D depthwise layers on a GPU). (The thirtieth stop's rows
+ran WinRS through winrs_jax.conv's gradient, with its layout transposes and dW's cast.)
 """
 
 from __future__ import annotations
@@ -27,26 +29,14 @@ import time
 def child(layer: str, dtype_name: str, sequence: str, impl: str) -> None:
     import jax
     import jax.numpy as jnp
-    from jax import lax
+    import numpy as np
 
-    import winrs_jax
     from winrs_jax import choice
-    from winrs_jax.bench.suite import DN, DTYPES, Shape
+    from winrs_jax.bench import suite
 
     jax.jit(lambda a: a + 1)(jnp.ones(8)).block_until_ready()  # the GPU and jax started
-    shape = Shape.parse(layer)
-    dtype, precision = DTYPES[dtype_name]
-    x = jnp.ones((shape.n, *shape.spatial, shape.cin), dtype)
-    dy = jnp.ones((shape.n, *shape.out_spatial, shape.cout), dtype)
-    w = jnp.zeros((*shape.filter, shape.cin // shape.groups, shape.cout), dtype)
-    kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
-                  dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
-    options = winrs_jax.PlannerOptions(mode="winrs")
-    conv = (lambda a, b: lax.conv_general_dilated(a, b, **kwargs)) if impl.startswith("xla") else (
-        lambda a, b: winrs_jax.conv(a, b, **kwargs, options=options))  # fmt: skip
-
-    def filter_grad(x: jax.Array, dy: jax.Array) -> jax.Array:
-        return jax.vjp(lambda w: conv(x, w), w)[1](dy)[0]
+    x, dy, w, kwargs = suite._layer(suite.Shape.parse(layer), dtype_name, np.random.default_rng(0))
+    filter_grad = suite._filter_grads(w, kwargs)["xla" if impl.startswith("xla") else "winrs"]
 
     for position, repeats in enumerate(int(r) for r in sequence.split("+")):
         if impl.endswith("-loop"):
