@@ -219,9 +219,9 @@ def test_conv_gradients_match_xla_on_gpu(
 # Layers of the direct kernel's Hopper forms on the 16-bit paths: x shape, dY channels, filter. The filter-row
 # tile (by wgmma on sm_90a) needs a channel count of at most 64 and a width of at least 3 (here partial channel
 # blocks, several blocks and widths past a multiple of 3); TMA staging, batches of 32 or a multiple of 64 and
-# both channel counts above 64 (partial channel panels); batch 16 takes cp.async staging. The filter-row tile on
-# 128 x 128 channels: both channel counts above 64 (one block of them in 2D), width 3, rows of at least 28
-# positions, enough of them for its tiles (variants.h, wide_taps), 2D and 1D.
+# both channel counts above 64 (partial channel panels); batch 16 takes cp.async staging. The last three: the
+# 128 x 128 block of one filter column where the filter-row tile on 128 x 128 channels ran until the thirty-first
+# stop (variants.h, kWideBlock): partial channel panels, long rows, 2D and 1D.
 HOPPER_LAYERS = [
     ((4, 10, 22, 64), 40, (3, 3)),
     ((2, 9, 30, 24), 200, (3, 6)),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import winrs_jax
-from winrs_jax import _winrs, planner
+from winrs_jax import _winrs
 from winrs_jax.planner import ACCURACY_BUDGET, PlannerOptions, plan_canonical
 
 VARIANTS = winrs_jax.variants()
@@ -198,42 +198,21 @@ def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
 
 
 @pytest.mark.parametrize(
-    "batch, size, channels, filter_w, wide",
-    [(32, 112, 128, 3, True), (16, 96, 128, 3, True), (32, 56, 256, 3, False), (32, 64, 256, 6, False),
-     (128, 28, 128, 3, False), (32, 112, 128, 5, False)],
+    "batch, size, channels, filter_w",
+    [(32, 112, 128, 3), (16, 96, 128, 3), (32, 56, 256, 3), (32, 64, 256, 6), (128, 28, 128, 3), (32, 112, 128, 5)],
 )  # fmt: skip
-def test_wide_filter_row_tile_where_it_fills_the_gpu(batch, size, channels, filter_w, wide):
-    """Where both channel counts pass 64, 16-bit layers run the filter-row tile on 128 x 128 channels (three taps
-    from one staging of X and dY) where it measured faster (variants.h, wide_taps): a filter width that is a
-    multiple of 3, few tiles of the one-tap grid, and rows that give its tiles two waves. Its segments are then
-    whole rows, as the 64 x 64 tile's. Elsewhere (more channel blocks, 6x6, ResNet's 28 x 28 stage, 5x5 filters,
-    and TF32) the 128 x 128 block of one filter column, whose segments Algorithm 2 cuts columns first."""
+def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filter_w):
+    """Where both channel counts pass 64, unstrided layers run the 128 x 128 block of one filter column on every
+    path: a filter-row tile on 128 x 128 channels (three taps from one staging) took 1.10-1.68x its time on
+    every layer where it ran until the thirty-first stop, the first two here among them (variants.h, kWideBlock).
+    Its segments are then cut columns first (Algorithm 2), not whole rows as the filter-row tiles'."""
     pads = (1, 1, filter_w // 2, filter_w // 2)
-    options = PlannerOptions(sm_count=132)
-    plan = plan_canonical(
-        batch, (size, size), channels, channels, (3, filter_w), pads, "bf16", "bf16", options
-    )
-    tf32 = plan_canonical(batch, (size, size), channels, channels, (3, filter_w), pads, "tf32", "tf32",
-                          PlannerOptions(sm_count=132, kernels=(0, 0)))  # fmt: skip
-    assert [k.index for k in plan.kernels] == [0] and [k.index for k in tf32.kernels] == [0]
-    assert plan.work_tile == ((3, 128, 128, 1) if wide else (1, 128, 128, 1))
-    assert tf32.work_tile == (1, 128, 128, 1)
-    assert "a thread block computes " + ("3 filter columns" if wide else "1 filter column") in str(plan)
-    assert (plan.segment_shape[1] >= plan.out_grad_hw[1] // 2) == wide, plan.segment_shape
-    assert tf32.segment_shape[1] < tf32.out_grad_hw[1] // 2, tf32.segment_shape
-
-
-def test_the_wide_tile_can_be_turned_off_for_an_ab(monkeypatch):
-    """WINRS_JAX_WIDE_TAPS=0 (read by the planner and the launch, for tools/ab_env.py) plans the one-tap 128 x 128
-    block where the filter-row tile of 128 x 128 channels would run: the 1D k=3 audio layer of the real suite."""
-    plans = {}
-    for value in ("1", "0"):
-        monkeypatch.setenv("WINRS_JAX_WIDE_TAPS", value)
-        planner._plan_canonical.cache_clear()
-        plans[value] = plan_canonical(32, (1, 16000), 256, 256, (1, 3), (0, 0, 1, 1), "bf16", "bf16",
-                                      PlannerOptions(sm_count=132))  # fmt: skip
-    planner._plan_canonical.cache_clear()
-    assert plans["1"].work_tile == (3, 128, 128, 1) and plans["0"].work_tile == (1, 128, 128, 1)
+    for path, kernels in (("bf16", None), ("tf32", (0, 0))):
+        plan = plan_canonical(batch, (size, size), channels, channels, (3, filter_w), pads, path, path,
+                              PlannerOptions(sm_count=132, kernels=kernels))  # fmt: skip
+        assert [k.index for k in plan.kernels] == [0]
+        assert plan.work_tile == (1, 128, 128, 1) and "a thread block computes 1 filter column" in str(plan)
+        assert plan.segment_shape[1] < plan.out_grad_hw[1] // 2, plan.segment_shape
 
 
 @pytest.mark.parametrize(

@@ -216,10 +216,10 @@ int main(int argc, char** argv) {
       failures +=
           !run_case(static_cast<winrs::Path>(path), 0, 512, 256, buckets, atomic, gen, Layer{32, 8, 7, 8, 3});
     }
-    // The filter-row tile on 128 x 128 channels (16 bits; one channel block, rows of at least 28 positions
-    // and enough of them for its tiles, variants.h, wide_taps): partial channel panels (120, 72, 96), chained
-    // and atomic, rows and their halos across steps of 64 units (190 and 256 columns) and filling one exactly
-    // (62). The other paths run the 128 x 128 block (its sums are long for their tolerance).
+    // Long rows on one 128 x 128 channel block (16 bits; the layers of the filter-row tile on 128 x 128
+    // channels until the thirty-first stop, variants.h, kWideBlock; the one-tap block runs them now): partial
+    // channel panels (120, 72, 96), chained and atomic, rows of 190, 256 and 62 columns. The other paths
+    // leave them out (their sums are long for their tolerance).
     for (const auto& [batch, out_h, out_w, in_c, out_c, buckets, atomic] :
          {std::tuple{2, 22, 256, 120, 72, 0, true}, std::tuple{3, 30, 190, 128, 128, 1, false},
           std::tuple{2, 88, 62, 96, 128, 0, false}}) {

@@ -1,7 +1,7 @@
-// The direct kernel's filter-row tile (variants.h, direct_taps and wide_taps): one thread block computes Taps
-// filter columns f0 .. f0 + Taps - 1 of one filter row for a Block x Block channel block (64, or 128 for
-// 16-bit layers whose channel counts pass 64), from dY staged once and X staged once with a halo, instead of
-// one block per column that reads both again for every column.
+// The direct kernel's filter-row tile (variants.h, direct_taps and strided_taps): one thread block computes
+// Taps filter columns f0 .. f0 + Taps - 1 of one filter row for a Block x Block channel block (64, or 128 for
+// strided 16-bit layers whose channel counts pass 64, variants.h, strided_wide), from dY staged once and X
+// staged once with a halo, instead of one block per column that reads both again for every column.
 //
 // The units of a tile are the dY pixels of its segment, walked along each row over Wv = W_seg + Taps - 1
 // positions (the segment's columns, then Taps - 1 positions where dY is zero): at position c of a row, tap j

@@ -11,8 +11,7 @@
 // winrs/segments.h), or adds into dW atomically (four channels per add on sm_90). The kernel takes its
 // configuration type: OmegaConfig (a variant on a path), TapsConfig, the direct kernel's filter-row tile
 // (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), WgmmaTapsConfig, the
-// filter-row tile on Hopper (wgmma_taps.cuh), or WgmmaWideTapsConfig, that tile on 128 x 128 channels
-// (wgmma_wide_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
+// filter-row tile on Hopper (wgmma_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
 // (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
 // (tma_main_loop) at batches of 32 or a multiple of 64; there, where X's channel blocks pair up, a persistent
 // kernel of its own on 128 x 256 tiles runs instead (wgmma_persistent.cuh).
@@ -39,7 +38,6 @@
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_persistent.cuh"
 #include "cuda/wgmma_taps.cuh"
-#include "cuda/wgmma_wide_taps.cuh"
 #include "cuda/wgmma_window.cuh"
 #include "winrs/schedule.h"
 
@@ -59,11 +57,8 @@ struct TileRows<C, std::void_t<decltype(C::window)>> {
 };
 
 template <class C>
-using WgmmaGemmPolicy = std::conditional_t<
-    TileRows<C>::window, WgmmaWindowGemm<C>,
-    std::conditional_t<(C::taps > 1),
-                       std::conditional_t<C::BN == kWideBlock, WgmmaWideTapsGemm<C>, WgmmaTapsGemm<C>>,
-                       WgmmaGemm<C>>>;
+using WgmmaGemmPolicy = std::conditional_t<TileRows<C>::window, WgmmaWindowGemm<C>,
+                                           std::conditional_t<(C::taps > 1), WgmmaTapsGemm<C>, WgmmaGemm<C>>>;
 template <class C>
 using GemmPolicy =
     std::conditional_t<C::wgmma, WgmmaGemmPolicy<C>,
@@ -422,14 +417,14 @@ cudaError_t launch_taps(const OmegaArgs& args, cudaStream_t stream) {
     }
     return cudaErrorInvalidValue;  // the planner plans no other (strided_taps)
   }
-  if constexpr (kSixteenBit<path_info(P).operand>) {
-    using Wgmma = std::conditional_t<Block == kWideBlock, WgmmaWideTapsConfig<P, kDirectTaps>,
-                                     WgmmaTapsConfig<P, kDirectTaps>>;
-    if (runs_wgmma<Wgmma>()) return launch_config<Wgmma>(args, stream);
-  }
-  if constexpr (Block == kNarrowBlock || kSixteenBit<path_info(P).operand>)
+  if constexpr (Block == kNarrowBlock) {
+    if constexpr (kSixteenBit<path_info(P).operand>) {
+      if (runs_wgmma<WgmmaTapsConfig<P, kDirectTaps>>())
+        return launch_config<WgmmaTapsConfig<P, kDirectTaps>>(args, stream);
+    }
     return launch_config<TapsConfig<P, kDirectTaps, Block>>(args, stream);
-  return cudaErrorInvalidValue;  // no wide tile in 32 bits (variants.h, wide_taps)
+  }
+  return cudaErrorInvalidValue;  // the wide block runs strided layers alone (variants.h, strided_wide)
 }
 
 // Launches the window config C on its maps of pieces `width` wide; false (nothing launched) if the driver

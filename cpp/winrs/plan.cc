@@ -82,10 +82,10 @@ SegmentGrid segment_grid(const Problem& p, const KernelPair& pair, int64_t seg_h
 }
 
 // Algorithm 2: segment height and width from the baseline count. The direct kernel's filter-row tile
-// (variants.h, direct_taps and wide_taps) walks a segment's rows over its width plus the taps' halo, so that
-// it cuts rows first and columns only where the rows run out: in segments one column wide (the algorithm's
-// choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower (H100,
-// 2026-11-23).
+// (variants.h, direct_taps and strided_taps) walks a segment's rows over its width plus the taps' halo, so
+// that it cuts rows first and columns only where the rows run out: in segments one column wide (the
+// algorithm's choice for Z^ >= W_max) two of its three positions would be halo, and 3x3 layers ran 3x slower
+// (H100, 2026-11-23).
 SegmentGrid segment_shape(const Problem& p, const KernelPair& pair, Path path, int64_t z_hat) {
   const int64_t r0 = kVariants[pair.variant0].r;
   const int64_t w_max = pair.width0 / r0;

@@ -4,8 +4,6 @@
 // bindings, the tests and the docs all iterate over it.
 #pragma once
 
-#include <cstdlib>
-
 #include "paths.h"
 #include "problem.h"
 #include "smem.h"
@@ -156,37 +154,20 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
   return variant == 0 && path_info(path).tensor_cores && width && out_c % piece == 0 && in_c % piece == 0 &&
          (out_c <= kNarrowBlock || in_c <= kNarrowBlock);
 }
-// The same filter-row tile on a 128 x 128 channel block (cuda/wgmma_wide_taps.cuh on Hopper,
-// cuda/direct_taps.cuh elsewhere), for 16-bit layers whose channel counts both pass 64. The 128 x 128 block
-// of one tap reads X and dY again for every tap and channel block (64 FLOP per byte); this one stages them
-// once for three taps (192). But it has a third of the one-tap block's tiles and one block per SM, so it ran
-// slower wherever the one-tap grid had many tiles per segment,
-// and on short or few rows: bf16 on an H100, 2026-11-23, time against the one-tap block's: 1D k=3
-// 32:16000:256 0.47x and 3x3 32:112:128 0.79x (12 and 9 one-tap tiles per segment); 1.24-1.52x on 3x3
-// 32:56:256 and 32:28:512, 6x6 32:64:256, 9x9 32:64:128 and 32:32:256 (36 to 324 tiles); 1.7x on 3x3
-// 128:28:128 (84 of its tiles over the rows, under one wave); 1.2-1.6x on 5 and 7 wide filters (6 and 9
-// columns computed). So it runs where all of these held: a filter width that is a multiple of 3, at most
-// kWideMaxOneTapTiles tiles of the one-tap grid per segment, rows of at least kWideMinWidth positions, and
-// rows (in pieces of kWidePiece positions) times its own tiles for two waves of a 132-SM GPU
-// (docs/benchmarks.md, eighth stop). With its MMAs kept running across steps (tenth stop) it was tried again
-// everywhere on 10 bf16 layers: still 0.54-0.85x of the one-tap block's speed outside these conditions.
+// The 128 x 128 channel block of the tiles above (kWideBlock) serves strided layers alone (strided_wide). For
+// unstrided 16-bit layers whose channel counts both pass 64, a filter-row tile on 128 x 128 channels (three
+// taps from one staging of X and dY, 192 FLOP per byte against the one-tap block's 64) ran until the
+// thirty-first stop: against the one-tap blocks of today (the persistent 128 x 256 kernel, nineteenth stop)
+// it took 1.10-1.68x their time on every layer its rule chose (bf16 and f16 on an H200, 2026-11-28: 1D k=3
+// 32:16000:256 0.600 against 0.546 ms, 16:8192:256 0.165 / 0.144, k=6 16:32000:128 0.315 / 0.286; 3x3
+// 32:112:128 0.387 / 0.291, 8:224:128 0.386 / 0.299, 16:128:128 0.247 / 0.211, 16:112:96 0.248 / 0.148;
+// docs/benchmarks.md, thirty-first stop), so the one-tap block runs there. (Not measured on an A100, the
+// other GPU whose shared memory held it.)
 inline constexpr int kWideBlock = 128;
-inline constexpr long long kWideMaxOneTapTiles = 16, kWideMinWidth = 28, kWidePiece = 64,
-                           kWideTiles = 2 * 132;
 // Whether the filter-row tile's 128 x 128 block at the problem's column stride fits the GPU's shared memory
 // (smem.h; on sm_86 and sm_89 it does not: 104 KiB, 155 KiB at stride 2): elsewhere the 64 x 64 one runs.
 constexpr bool wide_taps_fit(Path path, const Problem& p) {
   return taps_smem_bytes(path, kDirectTaps, kWideBlock, p.stride_w) <= p.smem_per_block;
-}
-constexpr bool wide_taps(int variant, Path path, const Problem& p) {
-  if (p.strided() || variant != 0 || storage_bytes(path) != 2 || !path_info(path).tensor_cores) return false;
-  if (!wide_taps_fit(path, p)) return false;
-  if (p.filter_w % kDirectTaps != 0 || p.out_c % 8 != 0 || p.in_c % 8 != 0) return false;
-  if (p.out_c <= kNarrowBlock || p.in_c <= kNarrowBlock || p.out_w < kWideMinWidth) return false;
-  const long long blocks = (p.out_c + kWideBlock - 1) / kWideBlock * ((p.in_c + kWideBlock - 1) / kWideBlock);
-  if (blocks * p.filter_h * p.filter_w > kWideMaxOneTapTiles) return false;
-  const long long tiles = blocks * p.filter_h * (p.filter_w / kDirectTaps);
-  return tiles * p.out_h * ((p.out_w + kWidePiece - 1) / kWidePiece) >= kWideTiles;
 }
 
 // The filter-window tile: the 64 x 64 filter-row tile over kWindowRows filter rows at once (16 bits, filter
@@ -220,20 +201,12 @@ constexpr bool strided_taps(Path path, const Problem& p) {
          wide_ok && p.out_c % 8 == 0 && p.in_c % 8 == 0;
 }
 
-// WINRS_JAX_WIDE_TAPS=0 runs the one-tap block where wide_taps would run the 128 x 128 filter-row tile: an
-// A/B of the two (tools/ab_env.py), whose rule above was measured before the one-tap block became the
-// persistent 128 x 256 kernel (nineteenth stop). Read by the planner and the launch alike.
-inline bool wide_taps_enabled() {
-  const char* flag = std::getenv("WINRS_JAX_WIDE_TAPS");
-  return !(flag && flag[0] == '0');
-}
-
 // The work tile a variant runs with on a layer (schedule.h): filter columns, the block (B_N, B_M), the
 // blocks resident per SM and filter rows. One function for the planner's block count and the kernel launch.
 struct TileShape {
   int columns, block_oc, block_ic, blocks_per_sm, rows = 1;
 };
-inline TileShape tile_shape(int variant, Path path, const Problem& p) {
+constexpr TileShape tile_shape(int variant, Path path, const Problem& p) {
   if (variant == 0 && p.strided() && strided_taps(path, p)) {
     // (Where the 128 x 128 block does not fit the GPU, the 64 x 64 one takes the same layers.)
     if (strided_wide(p) && wide_taps_fit(path, p)) return {kDirectTaps, kWideBlock, kWideBlock, 1};
@@ -242,7 +215,6 @@ inline TileShape tile_shape(int variant, Path path, const Problem& p) {
   if (window_taps(variant, path, p)) return {kDirectTaps, kNarrowBlock, kNarrowBlock, 1, kWindowRows};
   if (direct_taps(variant, path, p.filter_w, p.out_c, p.in_c))
     return {kDirectTaps, kNarrowBlock, kNarrowBlock, 2};
-  if (wide_taps(variant, path, p) && wide_taps_enabled()) return {kDirectTaps, kWideBlock, kWideBlock, 1};
   const KernelShape& s = kVariants[variant].shape(path);
   // (The direct kernel's 128 x 128 block, copy-staged, takes 102 KiB: more than sm_86 and sm_89 give.)
   const bool one_tap_fits = variant != 0 || !path_info(path).tensor_cores ||
