@@ -431,7 +431,8 @@ def _times_by_loop(layer: Layer) -> bool:
     depthwise layers on a GPU (1D and 3D ones were not measured). Each instance of XLA's 2D depthwise filter gradient
     in a program paid cuDNN's run-time compilation at its first run (bf16, H200, 2026-11-28: 1.2 s each on 7x7
     64:28:256, 0.5 s on 3x3 64:56:128; a program of 16 took 20.7 and 8.7 s to its first result, of one 1.5 and
-    0.9 s), which made auto's first trace 8-22 s longer than lax's; by a loop it was 0.8 s shorter. Elsewhere
+    0.9 s), which made auto's first trace 8-22 s longer than lax's; by a loop, from 1.2 s shorter to 3.9 s longer
+    on 7x7 64:28:256 (median +1.8 s of seven runs on H200s, lax's own 14.3-19.6 s; tools/first_trace.py). Elsewhere
     straight-line code: a loop's iteration cost 8-40 us more per filter gradient on the GPU (3x3 128:28:128 and
     16:64:128 bf16, H200: XLA 0.061 -> 0.079 and 0.048 -> 0.056 ms, WinRS 0.071 -> 0.096 and 0.076 -> 0.091; more
     for WinRS on two of the three layers measured, against its choice), which blurs close choices, and XLA's CPU
