@@ -203,9 +203,9 @@ def test_filter_row_tiles_cut_rows_first(batch, size, in_c, out_c):
 )  # fmt: skip
 def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filter_w):
     """Where both channel counts pass 64, unstrided layers run the 128 x 128 block of one filter column on every
-    path: a filter-row tile on 128 x 128 channels (three taps from one staging) took 1.10-1.68x its time on
-    every layer where it ran until the thirty-first stop, the first two here among them (variants.h, kWideBlock).
-    Its segments are then cut columns first (Algorithm 2), not whole rows as the filter-row tiles'."""
+    path: a filter-row tile on 128 x 128 channels (three taps from one staging) took 1.10-1.68x its time on the
+    eight layers measured where it ran until the thirty-first stop, the first two here among them (variants.h,
+    kWideBlock). Its segments are then cut columns first (Algorithm 2), not whole rows as the filter-row tiles'."""
     pads = (1, 1, filter_w // 2, filter_w // 2)
     for path, kernels in (("bf16", None), ("tf32", (0, 0))):
         plan = plan_canonical(batch, (size, size), channels, channels, (3, filter_w), pads, path, path,

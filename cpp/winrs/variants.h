@@ -158,11 +158,11 @@ constexpr bool direct_taps(int variant, Path path, long long filter_w, long long
 // unstrided 16-bit layers whose channel counts both pass 64, a filter-row tile on 128 x 128 channels (three
 // taps from one staging of X and dY, 192 FLOP per byte against the one-tap block's 64) ran until the
 // thirty-first stop: against the one-tap blocks of today (the persistent 128 x 256 kernel, nineteenth stop)
-// it took 1.10-1.68x their time on every layer its rule chose (bf16 and f16 on an H200, 2026-11-28: 1D k=3
-// 32:16000:256 0.600 against 0.546 ms, 16:8192:256 0.165 / 0.144, k=6 16:32000:128 0.315 / 0.286; 3x3
-// 32:112:128 0.387 / 0.291, 8:224:128 0.386 / 0.299, 16:128:128 0.247 / 0.211, 16:112:96 0.248 / 0.148;
-// docs/benchmarks.md, thirty-first stop), so the one-tap block runs there. (Not measured on an A100, the
-// other GPU whose shared memory held it.)
+// it took 1.10-1.68x their time on all eight layers measured where it ran (bf16 and f16 on an H200,
+// 2026-11-28: 1D k=3 32:16000:256 0.600 against 0.546 ms, 16:8192:256 0.165 / 0.144, k=6 16:32000:128 0.315 /
+// 0.286; 3x3 32:112:128 0.387 / 0.291, 8:224:128 0.386 / 0.299, 16:128:128 0.247 / 0.211, 16:112:96 0.248 /
+// 0.148; docs/benchmarks.md, thirty-first stop), so the one-tap block runs there. (Not measured on an A100,
+// the other GPU whose shared memory held it.)
 inline constexpr int kWideBlock = 128;
 // Whether the filter-row tile's 128 x 128 block at the problem's column stride fits the GPU's shared memory
 // (smem.h; on sm_86 and sm_89 it does not: 104 KiB, 155 KiB at stride 2): elsewhere the 64 x 64 one runs.
