@@ -207,6 +207,7 @@ for stage in "$@"; do
     first-trace)
       # What auto adds to a first training step with a new layer, in fresh processes (tools/first_trace.py).
       (cd /tmp && python3 "$ROOT/tools/first_trace.py" --dtype ${FIRST_DTYPE:-bf16} --jit-cache ${FIRST_JIT_CACHE:-off} \
+        --runs ${FIRST_RUNS:-1} \
         ${FIRST_LAYERS:-64:28:256:7:g256 64:56:128:3:g128 128:28:128:3}) 2>&1 | tee -a "$OUT/first-trace.jsonl" | tail -20 ;;
     choice-timing)
       # Where auto's first choice of each CHOICE_LAYERS layer spends its time (tools/choice_timing.py, cProfile).

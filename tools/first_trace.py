@@ -1,6 +1,6 @@
 """What auto mode adds to a user's first step with a new layer (issue 8: <= 1 s on the GPU, cached <= 1 ms).
 
-python tools/first_trace.py [--dtype bf16] [--jit-cache off|warm] LAYER...   (LAYER in Shape.parse's forms)
+python tools/first_trace.py [--dtype bf16] [--jit-cache off|warm] [--runs N] LAYER...   (LAYER in Shape.parse's forms)
 
 For each layer, fresh processes time the first call of a jitted training step of that one layer (the forward
 convolution, then the gradients of X and of the filter, as jax.grad of a loss gives them): with
@@ -8,7 +8,11 @@ lax.conv_general_dilated; with winrs_jax.conv in auto mode and an empty decision
 runs inside the trace); and with winrs_jax.conv again on the cache the second process wrote. Each process
 first starts the GPU with a small program, so that what differs is the layer's compile, measurement and first
 run. The same processes time one re-trace (jax.jit(...).trace after jax.clear_caches()). "extra" is auto's time
-less lax's.
+less lax's; "choice_s" the part of auto's first step spent in its measurement (choice._measure).
+
+A process's first step varies by seconds where XLA autotunes and cuDNN compiles (a 7x7 depthwise layer's lax
+step took 14.3-17.9 s on one H200): --runs N repeats the three processes N times, lax's first in odd rounds and
+last in even ones, and ends with a row of medians.
 
 cuDNN compiles some of XLA's convolution kernels when they first run, and the CUDA driver keeps them in its
 on-disk cache: with the cache on, whichever process ran a layer first paid for them and the later ones did not.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +39,7 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     from jax import lax
 
     import winrs_jax
+    from winrs_jax import choice as choice_module
     from winrs_jax.bench.suite import DN, DTYPES, Shape
 
     jax.jit(lambda a: a + 1)(jnp.ones(8)).block_until_ready()  # the GPU and jax started
@@ -45,6 +51,17 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     conv = lax.conv_general_dilated if impl == "lax" else winrs_jax.conv
+    measured = [0.0]
+    measure = choice_module._measure
+
+    def timed_measure(*args: object) -> object:
+        start = time.perf_counter()
+        try:
+            return measure(*args)
+        finally:
+            measured[0] += time.perf_counter() - start
+
+    choice_module._measure = timed_measure
 
     def loss(x: jax.Array, w: jax.Array, dy: jax.Array) -> jax.Array:
         return jnp.sum(conv(x, w, **kwargs).astype(jnp.float32) * dy.astype(jnp.float32))
@@ -58,7 +75,7 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     jax.jit(step).trace(x, w, dy)
     retrace = time.perf_counter() - start
     choice = winrs_jax.plan(x, w, **kwargs).choice if impl != "lax" else ""
-    print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice)))
+    print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice, choice_s=measured[0])))
 
 
 def run(impl: str, layer: str, dtype_name: str, cache: str, jit_cache: str) -> dict:
@@ -78,25 +95,43 @@ def main() -> None:
     parser.add_argument("layers", nargs="+")
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--jit-cache", choices=("off", "warm"), default="off")
+    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--child", choices=("lax", "auto"))
     args = parser.parse_args()
     if args.child:
         child(args.child, args.layers[0], args.dtype)
         return
     for layer in args.layers:
-        cache = tempfile.mkdtemp(prefix="winrs-first-")
-        lax_run = run("lax", layer, args.dtype, cache, args.jit_cache)
-        if args.jit_cache == "warm":
-            lax_run = run("lax", layer, args.dtype, cache, args.jit_cache)
-        new = run("auto", layer, args.dtype, cache, args.jit_cache)
-        cached = run("auto", layer, args.dtype, cache, args.jit_cache)
-        print(json.dumps(dict(
-            layer=layer, dtype=args.dtype, jit_cache=args.jit_cache, lax_first_s=round(lax_run["first_s"], 3),
-            auto_first_s=round(new["first_s"], 3), extra_s=round(new["first_s"] - lax_run["first_s"], 3),
-            cached_first_s=round(cached["first_s"], 3), cached_extra_s=round(cached["first_s"] - lax_run["first_s"], 3),
-            retrace_extra_ms=round(1e3 * (cached["retrace_s"] - lax_run["retrace_s"]), 2),
-            choice=new["choice"].splitlines()[0] if new["choice"] else "",
-        )), flush=True)  # fmt: skip
+        rows = [one_round(layer, args.dtype, args.jit_cache, lax_first=i % 2 == 0) for i in range(args.runs)]
+        if args.runs > 1:
+            medians = {key: round(statistics.median(row[key] for row in rows), 3) for key in MEDIANS}
+            print(json.dumps(dict(layer=layer, dtype=args.dtype, jit_cache=args.jit_cache, runs=args.runs,
+                                  median=medians)), flush=True)  # fmt: skip
+
+
+MEDIANS = ("lax_first_s", "auto_first_s", "extra_s", "choice_s", "cached_first_s", "cached_extra_s")
+
+
+def one_round(layer: str, dtype: str, jit_cache: str, lax_first: bool) -> dict:
+    """lax's process, auto's on an empty decision cache and auto's on the cache it wrote (lax's before the two
+    or after them), and their row, printed."""
+    cache = tempfile.mkdtemp(prefix="winrs-first-")
+    if jit_cache == "warm":
+        run("lax", layer, dtype, cache, jit_cache)  # fills the driver's cache
+    lax_run = run("lax", layer, dtype, cache, jit_cache) if lax_first else None
+    new = run("auto", layer, dtype, cache, jit_cache)
+    cached = run("auto", layer, dtype, cache, jit_cache)
+    lax_run = lax_run or run("lax", layer, dtype, cache, jit_cache)
+    row = dict(
+        layer=layer, dtype=dtype, jit_cache=jit_cache, lax_first=lax_first, lax_first_s=round(lax_run["first_s"], 3),
+        auto_first_s=round(new["first_s"], 3), extra_s=round(new["first_s"] - lax_run["first_s"], 3),
+        choice_s=round(new["choice_s"], 3), cached_first_s=round(cached["first_s"], 3),
+        cached_extra_s=round(cached["first_s"] - lax_run["first_s"], 3),
+        retrace_extra_ms=round(1e3 * (cached["retrace_s"] - lax_run["retrace_s"]), 2),
+        choice=new["choice"].splitlines()[0] if new["choice"] else "",
+    )  # fmt: skip
+    print(json.dumps(row), flush=True)
+    return row
 
 
 if __name__ == "__main__":
