@@ -25,5 +25,7 @@ def test_batch_sharded_training_step_all_reduces_dw_without_gathering_activation
     assert max(report["volume_errors"]) < 8 * 2.0**-8 and report["volume_in_place"], report
     assert report["all_reduce"] and not report["all_gather"], report
     assert report["measured_batches"] == [2], report  # the per-device shard of the batch of 8
+    lax_error, our_error = report["explicit_ensemble_errors"]
+    assert our_error == lax_error, report
     ours, lax_gathers = report["ensemble_gathers"]
     assert ours <= 1 and ours < lax_gathers, report  # at most the forward's; WinRS adds none

@@ -24,6 +24,7 @@ from jax._src.lax import convolution as lax_rules  # lax's transpose rules of it
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from winrs_jax import _ffi, _partition, choice
 from winrs_jax.geometry import ConvSpec
@@ -139,12 +140,30 @@ def bind_filter_grad(
 
 
 def _unstacked(value: Any, stack: int) -> Any:
-    """The aval of one problem of a stack: of an array, a tracer or an undefined primal of a transpose rule."""
+    """The aval of one problem of a stack: of an array, a tracer or an undefined primal of a transpose rule. Its
+    sharding loses the stack's axes too (under explicit mesh axes, the stack's spec on a problem's shape would
+    put each partitioned axis one dimension off)."""
     try:
         aval = jax.typeof(value)
     except TypeError:  # an aval, or a transpose rule's undefined primal
         aval = getattr(value, "aval", value)
-    return aval.update(shape=aval.shape[stack:])
+    sharding = getattr(aval, "sharding", None)
+    if stack == 0 or not isinstance(sharding, NamedSharding):
+        return aval.update(shape=aval.shape[stack:])
+    return aval.update(shape=aval.shape[stack:], sharding=sharding.update(spec=P(*sharding.spec[stack:])))
+
+
+def _restacked(aval: Any, stacked: tuple[int, ...], operand: Any) -> Any:
+    """One problem's aval with the stack's leading axes put back, partitioned as the stacked operand's are (where
+    it has them) under an explicit mesh."""
+    sharding = getattr(aval, "sharding", None)
+    if not stacked or not isinstance(sharding, NamedSharding):
+        return aval.update(shape=(*stacked, *aval.shape))
+    lead: tuple[Any, ...] = ()
+    if tuple(operand.shape[: len(stacked)]) == tuple(stacked):
+        lead = tuple(getattr(getattr(operand, "sharding", None), "spec", ()))[: len(stacked)]
+    lead += (None,) * (len(stacked) - len(lead))
+    return aval.update(shape=(*stacked, *aval.shape), sharding=sharding.update(spec=P(*lead, *sharding.spec)))
 
 
 # ---- conv_p: the forward convolution, on `stack` leading axes of stacked problems (vmap of both operands) ----
@@ -160,7 +179,7 @@ def _conv_abstract_eval(
         _unstacked(lhs, stack), _unstacked(rhs, stack), **params
     )
     stacked = np.broadcast_shapes(lhs.shape[:stack], rhs.shape[:stack])
-    return out.update(shape=(*stacked, *out.shape)), effects
+    return _restacked(out, stacked, lhs), effects
 
 
 conv_p = Primitive("winrs_conv")

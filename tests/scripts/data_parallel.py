@@ -123,6 +123,19 @@ def main() -> None:
             float(jnp.abs(features_got - features_expected).max() / jnp.abs(features_expected).max())
         )
 
+        # An ensemble whose members' batches are partitioned: lax's vmapped convolution has no rule for it under
+        # explicit axes (a reshape it cannot type); winrs_jax's raises lax's error, not one of its own about each
+        # member's partitioning read one axis off (rows that the devices do not divide showed it).
+        x2e = jax.device_put(jnp.stack([x[:, :10], 2 * x[:, :10]]), NamedSharding(explicit, P(None, "d")))
+        w2e = jax.device_put(jnp.stack([w, -w]), NamedSharding(explicit, P()))
+        explicit_ensemble_errors = []
+        for conv in (lax.conv_general_dilated, winrs_jax.conv):
+            try:
+                jax.jit(jax.vmap(jax.grad(functools.partial(loss, conv))))(w2e, x2e)
+                explicit_ensemble_errors.append("")
+            except Exception as e:  # noqa: BLE001 - the error's type is the result
+                explicit_ensemble_errors.append(type(e).__name__)
+
         # The measured choice times the shard each device runs (batch 8 over 4 devices: 2).
         os.environ["WINRS_JAX_CACHE_DIR"] = cache = tempfile.mkdtemp()
         with winrs_jax.mode("auto"):
@@ -190,6 +203,7 @@ def main() -> None:
                                for text in volume_texts),
         "all_gather": "all-gather" in hlo or "all-gather" in explicit_hlo,
         "measured_batches": measured_batches,
+        "explicit_ensemble_errors": explicit_ensemble_errors,
         "ensemble_gathers": [ensemble_hlo.count("all-gather("), lax_ensemble_hlo.count("all-gather(")],
         "all_reduce": all("all-reduce" in text for text in (hlo, explicit_hlo, ensemble_hlo)),
         "winrs_calls": min(text.count("winrs_backward_filter") for text in (hlo, explicit_hlo, ensemble_hlo)),
