@@ -39,12 +39,18 @@ def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), window_strides=(1.5, 2.0)), TypeError, "integers"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), padding=((1.0, 1.0), (1, 1))), ValueError, "pairs"),
         (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), lhs_dilation=(2, 2)), ValueError, "transposed convolution"),
+        (lambda: _conv((2, 8, 8, 4), (3, 3, 4, 4), options={"mode": "winrs"}), TypeError, "PlannerOptions or None"),
+        (lambda: winrs_jax.plan(jnp.zeros((2, 8, 8, 4)), jnp.zeros((3, 3, 4, 4)), (1, 1), "SAME",
+                                dimension_numbers=NHWC, options="winrs"), TypeError, "got str"),
+        (lambda: winrs_jax.conv_backward_filter(jnp.zeros((2, 8, 8, 4)), jnp.zeros((2, 8, 8, 4)), (3, 3, 4, 4),
+                                                padding="SAME", dimension_numbers=NHWC, options={}),
+         TypeError, "PlannerOptions"),
     ],
     ids=[
         "channels", "rank-mismatch", "both-group-counts", "default-layout", "rank-too-small", "padding-length",
         "padding-name", "strides-length",
         "zero-stride", "mixed-dtypes", "bad-dimension-numbers", "float-strides", "float-padding",
-        "string-padding-transposed",
+        "string-padding-transposed", "options-dict", "plan-options-string", "backward-filter-options-dict",
     ],
 )  # fmt: skip
 def test_bad_input_raises_at_trace_time(call, error, message):

@@ -24,6 +24,17 @@ def _shape_dtype(a: Any) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(a.shape), jax.dtypes.canonicalize_dtype(a.dtype)
 
 
+def _checked(options: Any) -> PlannerOptions | None:
+    """options, if it is a PlannerOptions or None; a TypeError that says so otherwise (a dict failed later, with
+    an AttributeError about one of its fields)."""
+    if options is not None and not isinstance(options, PlannerOptions):
+        raise TypeError(
+            f"options must be a winrs_jax.PlannerOptions or None, got {type(options).__name__} "
+            "(for example winrs_jax.PlannerOptions(mode='winrs'))"
+        )
+    return options
+
+
 def _xla_conv(lhs: jax.Array, rhs: jax.Array, spec: ConvSpec, out_sharding: Any = None) -> jax.Array:
     return lax.conv_general_dilated(lhs, rhs, **spec.lax_kwargs(), out_sharding=out_sharding)
 
@@ -51,7 +62,7 @@ def conv(
     differentiation and batching rules (winrs_jax._primitives): grad of any order, jvp/jacfwd, vmap and
     shard_map work as with lax.
     """
-    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    lhs, rhs, options = jnp.asarray(lhs), jnp.asarray(rhs), _checked(options)
     spec = make_spec(
         lhs.shape, rhs.shape, lhs.dtype, rhs.dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
@@ -87,7 +98,7 @@ def conv_backward_filter(
 
     Arguments mean what they mean in conv / lax.conv_general_dilated.
     """
-    lhs, out_grad = jnp.asarray(lhs), jnp.asarray(out_grad)
+    lhs, out_grad, options = jnp.asarray(lhs), jnp.asarray(out_grad), _checked(options)
     rhs_shape = tuple(int(d) for d in rhs_shape)
     rhs_dtype = lhs.dtype
     rank = len(rhs_shape) - 2
@@ -131,6 +142,7 @@ def plan(
     (measuring now when the layer is new). (out_sharding is accepted for symmetry with conv; it does not change
     the plan.)"""
     (lhs_shape, lhs_dtype), (rhs_shape, rhs_dtype) = _shape_dtype(lhs), _shape_dtype(rhs)
+    options = _checked(options)
     spec = make_spec(
         lhs_shape, rhs_shape, lhs_dtype, rhs_dtype, window_strides, padding, lhs_dilation, rhs_dilation,
         dimension_numbers, feature_group_count, batch_group_count, precision, preferred_element_type,
