@@ -490,3 +490,18 @@ def test_the_visible_gpu_sets_the_shared_memory_per_block(capability, smem, monk
 
     monkeypatch.setattr(planner.jax, "devices", devices)
     assert planner.default_smem_per_block() == smem and planner.default_sm_count() == 84
+
+
+def test_the_printout_of_a_plan_of_one_bucket():
+    """A deterministic plan whose segments all add into dW (one bucket) says so in words: not "1 buckets ... the
+    first is dW", and its second segment is the residual column's (the text counts kernel 0's per bucket)."""
+    lhs, rhs = (
+        jax.ShapeDtypeStruct((2, 12, 13, 5), jnp.float32),
+        jax.ShapeDtypeStruct((3, 3, 5, 6), jnp.float32),
+    )
+    plan = winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                          options=PlannerOptions(mode="model", deterministic=True, segments=1))  # fmt: skip
+    assert plan.buckets == 1 and plan.segments == 2 and plan.chain == 1, plan
+    assert "workspace  0 bytes: dW alone; one segment of kernel 0 per bucket; the residual column" in str(
+        plan
+    )

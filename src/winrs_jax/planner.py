@@ -390,12 +390,13 @@ class Plan:
             "no fixed order (not bitwise reproducible; PlannerOptions(deterministic=True) sums buckets in a fixed "
             "order)"
             if self.atomic
-            else f"  workspace  {self.workspace_bytes} bytes: {self.buckets} buckets of |dW| float32, the first is dW"
+            else f"  workspace  {self.workspace_bytes} bytes: "
+            + (f"{self.buckets} buckets of |dW| float32, the first is dW" if self.buckets > 1 else "dW alone")
             + (
                 f"; segment s adds into bucket s mod {self.buckets}, {self.chain} segments one after another "
                 "(serial split-K), ordered by semaphores"
                 if self.chain > 1
-                else "; one segment per bucket"
+                else "; one segment of kernel 0 per bucket"
             )
             + ("; the residual column adds into them after kernel 0" if len(kernels) > 1 else ""),
         ]
