@@ -443,6 +443,8 @@ def test_wide_and_prime_filter_widths_match_float64(rng, width, stride):
                           dimension_numbers=NHWC)  # fmt: skip
     widths = [phase.plan.filter_hw[1] for phase in plan.phases]
     assert sum(widths) == width and all(phase.plan.supported for phase in plan.phases)
+    # The printout names the split it made: of the filter's columns, or a strided layer's phases.
+    assert ("pieces of the filter's columns" in str(plan)) == (stride == 1), str(plan)
 
 
 @pytest.mark.parametrize(

@@ -503,12 +503,16 @@ class Plan:
         if self.dilation != (1, 1):
             return self._dilation_text()
         sh, sw = self.strides
-        lines = [
-            *self._head(f" strides {self.strides}"),
+        split = (
             f"  pieces     {len(self.phases)} stride-1 pieces (DWM's split): piece (p, q) takes the filter taps "
             f"from (p, q) with steps ({sh}, {sw}) and meets X[p::{sh}, q::{sw}] (a copy) with the same dY; "
-            "their dW interleave",
-        ]
+            "their dW interleave"
+            if self.strides != (1, 1)
+            else f"  pieces     {len(self.phases)} pieces of the filter's columns (its width has no kernels; DWM's "
+            "filter split): piece (0, q) takes the taps from column q on and meets X shifted by q columns (a copy) "
+            "with the same dY; their dW sit side by side"
+        )
+        lines = [*self._head(f" strides {self.strides}"), split]
         for phase in self.phases:
             piece = phase.plan
             head = f"  piece {phase.offset}: taps {piece.filter_hw[0]}x{piece.filter_hw[1]} on "
