@@ -213,3 +213,21 @@ def test_batch_grouped_3d_layers_say_they_copy():
     plan = winrs_jax.plan(x, w, (1, 1, 1), "SAME", dimension_numbers=NDHWC, batch_group_count=2)
     assert plan.batch_groups == 2 and not plan.depth_in_place and plan.depth_packing == 1
     assert "3 depth-shifted views of X" in str(plan)
+
+
+def test_layers_of_more_than_64_channels_both_ways_keep_the_copies(rng):
+    """Both channel counts above 64: the one-tap block runs the 2D problem, which reads no depth slices, so X's
+    depth slices are copied (the filter-row tile on 128 x 128 channels that read them in place was removed:
+    variants.h, kWideBlock), with the float64 gradient of the same 16-bit inputs."""
+    x = jnp.asarray(rng.standard_normal((1, 3, 6, 16, 72)), jnp.bfloat16)
+    w_shape = (3, 3, 3, 72, 80)
+    plan = winrs_jax.plan(x, jnp.zeros(w_shape, jnp.bfloat16), (1, 1, 1), "SAME", dimension_numbers=NDHWC)
+    assert plan.supported and plan.work_tile[0] == 1 and not plan.depth_in_place, str(plan)
+    fn = jax.jit(functools.partial(winrs_jax.conv_backward_filter, rhs_shape=w_shape, window_strides=(1, 1, 1),
+                                   padding="SAME", dimension_numbers=NDHWC))  # fmt: skip
+    dy = jnp.asarray(rng.standard_normal((1, 3, 6, 16, 80)), jnp.bfloat16)
+    text = fn.lower(x, dy).as_text()
+    assert f"@{_ffi.TARGET}(" in text and _ffi.DEPTH_TARGET not in text
+    expected = np.moveaxis(reference_general_filter_grad(x, dy, (3, 3, 3), (1, 1, 1), ((1, 1),) * 3), 0, -1)
+    np.testing.assert_allclose(np.asarray(fn(x, dy), np.float64), expected, rtol=2.0**-8,
+                               atol=1e-5 * np.abs(expected).max())  # fmt: skip

@@ -499,13 +499,14 @@ def test_direct_grouped_long_accumulation_and_many_stacked_problems(rng):
 
 # 3D layers read in place by depth slice (winrs_backward_filter_3d): x shape (N, D, H, W, C), output channels,
 # filter (FD, FH, FW), depth pads, depth stride, depth dilation. The filter-window tile (64 x 64 channels, on
-# Hopper), the filter-row tile on 128 x 128 channels (both counts above 64, rows of 190), a 5x5x5 filter, one-sided
-# pads, depth strides and dilation; the layer of 16 input channels packs its 3 taps into one problem's channels
-# (the filter-row tile's stager unpacks them; the window tile does not run them).
+# Hopper), rows of 190 with a partial input-channel block (80), a 5x5x5 filter, one-sided pads, depth strides and
+# dilation; the layer of 16 input channels packs its 3 taps into one problem's channels (the filter-row tile's
+# stager unpacks them; the window tile does not run them). Layers with both channel counts above 64 run the
+# one-tap block on copies of the depth slices (variants.h, kWideBlock; test_depth_in_place.py).
 DEPTH_LAYERS = [
     ((2, 6, 10, 32, 64), 64, (3, 3, 3), (1, 1), 1, 1),
     ((1, 8, 12, 28, 32), 64, (3, 3, 3), (2, 0), 1, 1),
-    ((1, 3, 30, 190, 80), 72, (3, 3, 3), (1, 1), 1, 1),
+    ((1, 3, 30, 190, 80), 64, (3, 3, 3), (1, 1), 1, 1),
     ((1, 6, 9, 20, 32), 32, (5, 5, 5), (2, 2), 1, 1),
     ((2, 9, 8, 16, 64), 40, (3, 3, 3), (1, 1), 2, 1),
     ((1, 9, 8, 16, 64), 64, (3, 3, 3), (2, 2), 1, 2),
