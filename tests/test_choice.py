@@ -467,6 +467,21 @@ def test_a_grouped_layer_run_dense_is_not_its_dense_twin(auto):
     assert len(auto) == 2 and auto[1].layer.rhs_shape == (3, 3, 4, 6)
 
 
+def test_wide_16bit_layers_are_measured_again_after_their_tile_changed(auto):
+    """Decisions cached while unstrided 16-bit layers of more than 64 channels both ways could run the 128 x 128
+    filter-row tile (removed: variants.h, kWideBlock) are not reused: those layers' keys name their work tile now;
+    a 64-channel layer keeps its key."""
+    for channels in (64, 128):
+        lhs, rhs = (
+            jnp.ones((2, 10, 10, channels), jnp.bfloat16),
+            jnp.ones((3, 3, channels, channels), jnp.bfloat16),
+        )
+        winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC)
+    keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
+    assert [key["channels"] for key in keys] == [[64, 64], [128, 128]]
+    assert "work_tile" not in keys[0] and keys[1]["work_tile"] == [1, 128, 128, 1]
+
+
 def test_the_measurement_runs_the_callers_layout(monkeypatch):
     """Both timed filter gradients are the caller's: dW in the filter's layout (O x I x H x W here, where WinRS's
     kernels write O x H x W x I), equal to each other; WinRS's includes its transposes."""

@@ -618,6 +618,12 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             # Planned for a GPU's shared memory other than an H100's (before, always an H100's: older keys kept).
             **({"smem_per_block": plan.smem_per_block}
                if plan.smem_per_block not in (0, REFERENCE_SMEM_PER_BLOCK) else {}),
+            # Unstrided 16-bit layers of more than 64 channels both ways: some ran the 128 x 128 filter-row tile
+            # until the thirty-first stop, 1.10-1.68x slower than the one-tap block they run now (older keys kept
+            # for the other layers).
+            **({"work_tile": list(plan.work_tile)}
+               if plan.path in ("bf16", "fp16") and min(plan.channels) > 64 and plan.strides == (1, 1)
+               and plan.method == "winrs" else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
                else {}),
