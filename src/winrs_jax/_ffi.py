@@ -12,7 +12,9 @@ from winrs_jax import _winrs
 
 # Targets' attributes change only with a new name; the names before stay registered for programs exported with
 # them: "winrs_backward_filter_v2" and "winrs_backward_filter_3d_v2" (the same attributes without
-# smem_per_block: planned for an H100), "winrs_backward_filter" and "winrs_backward_filter_3d" (nor the strides).
+# smem_per_block: planned for an H100), "winrs_backward_filter" and "winrs_backward_filter_3d" (nor the strides;
+# the 3D target's first form, without filter_depth, lived 44 minutes within one session on 2026-11-25, df2cacd to
+# c442305, and is not kept).
 TARGET = "winrs_backward_filter_v3"
 GROUPED_TARGET = "winrs_grouped_filter_grad"  # the direct kernels of grouped layers (cpp/winrs/grouped.h)
 DEPTH_TARGET = "winrs_backward_filter_3d_v3"  # a 3D layer whose X the kernels read by depth slice
