@@ -643,6 +643,25 @@ def test_looped_work_on_x_stays_in_the_loop():
     assert np.isinf(np.asarray(out)).all() and not np.isnan(np.asarray(out)).any()
 
 
+def test_the_loops_writes_copy_nothing_whole():
+    """Each iteration's writes into x and dy update them in place: no copy of either in the loop's body (a write
+    that read its own buffer's element made XLA copy both whole in every iteration, time that both candidates
+    paid and that pulled their ratio toward 1)."""
+    x, dy = jnp.ones((4, 14, 14, 32), jnp.bfloat16), jnp.ones((4, 14, 14, 32), jnp.bfloat16)
+    spec = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=32)
+
+    def xla(x, dy):
+        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros((7, 7, 1, 32), x.dtype))[
+            1
+        ](dy)[0]
+
+    hlo = jax.jit(choice.looped(xla, 4)).lower(x, dy).compile().as_text()
+    body = re.search(r"while\(.*body=(%[\w.]+)", hlo).group(1)
+    body_lines = [line for c, line in _lines_by_computation(hlo) if c == body]
+    assert any("convolution(" in line for line in body_lines)
+    assert not [line for line in body_lines if " copy(" in line and "bf16[4,14,14,32]" in line], body_lines
+
+
 @pytest.mark.parametrize(
     "per_call_s, out_bytes, repeats",
     [(0.1e-3, None, 10), (0.01e-3, None, choice.MAX_REPEATS), (2e-3, None, 1), (0.01e-3, 3, 3)],

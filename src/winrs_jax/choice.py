@@ -355,19 +355,21 @@ def looped(
     fn's operations, run `repeats` times. Where each instance in a program pays work of its own at its first run
     (cuDNN's run-time compiled kernels behind XLA's 2D depthwise filter gradients: about 1.2 s each for a bf16 7x7
     one on an H200, 2026-11-28, tools/repeat_cost.py), `repeated` pays it `repeats` times. Each iteration writes
-    one element of its own x and dy (itself plus the previous dW's first element, made finite, times zero), so that
-    XLA can hoist none of fn's work out of the loop as invariant (x's padding or casts included); those writes cost
-    a small kernel per iteration. Where auto uses it: _times_by_loop."""
+    one element of its own x and dy (the element's value, read once before the loop, plus the previous dW's first
+    element, made finite, times zero), so that XLA can hoist none of fn's work out of the loop as invariant (x's
+    padding or casts included); those writes cost a small kernel per iteration. (A write that read its own buffer's
+    element made XLA copy x and dy whole in every iteration, on the CPU.) Where auto uses it: _times_by_loop."""
 
-    def touched(a: jax.Array, previous: jax.Array) -> jax.Array:
-        corner, one = (0,) * a.ndim, (1,) * a.ndim
-        zero = (jnp.nan_to_num(previous.reshape(-1)[:1]) * 0).astype(a.dtype).reshape(one)
-        return lax.dynamic_update_slice(a, lax.dynamic_slice(a, corner, one) + zero, corner)
+    def touched(a: jax.Array, value: jax.Array, previous: jax.Array) -> jax.Array:
+        zero = (jnp.nan_to_num(previous.reshape(-1)[:1]) * 0).astype(a.dtype).reshape(value.shape)
+        return lax.dynamic_update_slice(a, value + zero, (0,) * a.ndim)
 
     def run(x: jax.Array, dy: jax.Array) -> jax.Array:
+        x0, dy0 = (lax.dynamic_slice(a, (0,) * a.ndim, (1,) * a.ndim) for a in (x, dy))
+
         def body(_: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
             x_i, dy_i, previous = carry
-            x_i, dy_i = touched(x_i, previous), touched(dy_i, previous)
+            x_i, dy_i = touched(x_i, x0, previous), touched(dy_i, dy0, previous)
             return x_i, dy_i, fn(x_i, dy_i)
 
         out = jax.eval_shape(fn, x, dy)
@@ -435,8 +437,9 @@ def _times_by_loop(layer: Layer) -> bool:
     on 7x7 64:28:256 (median +1.8 s of seven runs on H200s, lax's own 14.3-19.6 s; tools/first_trace.py). Elsewhere
     straight-line code: a loop's iteration cost 8-40 us more per filter gradient on the GPU (3x3 128:28:128 and
     16:64:128 bf16, H200: XLA 0.061 -> 0.079 and 0.048 -> 0.056 ms, WinRS 0.071 -> 0.096 and 0.076 -> 0.091; more
-    for WinRS on two of the three layers measured, against its choice), which blurs close choices, and XLA's CPU
-    backend ran a convolution 25x slower in a loop's body."""
+    for WinRS on two of the three layers measured, against its choice; measured with writes that copied x and dy
+    whole in each iteration, on the GPU too perhaps, not since), which blurs close choices, and XLA's CPU backend
+    ran a convolution 25x slower in a loop's body."""
     spec = layer.spec
     in_channels = layer.lhs_shape[spec.dimension_numbers.lhs_spec[1]]
     depthwise = spec.feature_group_count > 1 and spec.feature_group_count == in_channels
