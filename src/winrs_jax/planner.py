@@ -512,7 +512,7 @@ class Plan:
             "filter split): piece (0, q) takes the taps from column q on and meets X shifted by q columns (a copy) "
             "with the same dY; their dW sit side by side"
         )
-        lines = [*self._head(f" strides {self.strides}"), split]
+        lines = [*self._head(f" strides {self.strides}" if self.strides != (1, 1) else ""), split]
         for phase in self.phases:
             piece = phase.plan
             head = f"  piece {phase.offset}: taps {piece.filter_hw[0]}x{piece.filter_hw[1]} on "
