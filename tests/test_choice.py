@@ -128,14 +128,23 @@ def test_corrupt_or_foreign_cache_file_is_ignored_with_a_warning(auto, tmp_path)
         json.dumps({"format": choice._FORMAT, "key": "another layer", "winrs": True}),
         "[1, 2]",  # JSON, but not an object
         "null",
+        b"\xff\xfe",  # not UTF-8
     ):
-        path.write_text(content)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
         choice.DECISIONS.clear_memory()
         choice.DECISIONS._warned.clear()
         with pytest.warns(RuntimeWarning, match="ignoring the unreadable cache file"):
             _grad_hlo()
         json.loads(path.read_text())  # measured again and rewritten whole
-    assert len(auto) == 5
+    good = json.loads(path.read_text())
+    for field, value in (("winrs", "false"), ("winrs_ms", float("nan")), ("xla_ms", "0.1"), ("path", None),
+                         ("xla_ms", float("inf")), ("winrs_ms", -1.0)):  # fmt: skip
+        path.write_text(json.dumps(good | {field: value}))
+        choice.DECISIONS.clear_memory()
+        choice.DECISIONS._warned.clear()
+        with pytest.warns(RuntimeWarning, match="wrong type or value"):
+            _grad_hlo()
+    assert len(auto) == 12
 
 
 def test_unwritable_cache_directory_keeps_the_decision_in_memory(auto, monkeypatch, tmp_path):

@@ -152,15 +152,16 @@ class DecisionCache:
                 return self._memory[key]
         path = self._file(key)
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except OSError:
             return None
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))  # a UnicodeDecodeError is a ValueError
             if not isinstance(data, dict) or data.get("format") != _FORMAT or data.get("key") != key:
                 raise ValueError("written for another key or format")
-            decision = Decision(bool(data["winrs"]), float(data["winrs_ms"]), float(data["xla_ms"]), "cache",
-                                str(data["path"]))  # fmt: skip
+            decision = Decision(data["winrs"], data["winrs_ms"], data["xla_ms"], "cache", data["path"])
+            if not _well_typed(decision):
+                raise ValueError("fields of the wrong type or value")
         except (ValueError, KeyError, TypeError) as e:
             self._warn_once(
                 str(path), f"winrs_jax: ignoring the unreadable cache file {path} ({e}); measuring again"
@@ -194,6 +195,18 @@ class DecisionCache:
 
 
 DECISIONS = DecisionCache()
+
+
+def _well_typed(decision: Decision) -> bool:
+    """Whether a decision read from a file is one that put wrote: a bool, times in ms (WinRS's infinite where it
+    failed, XLA's finite), a path name."""
+    times = (decision.winrs_ms, decision.xla_ms)
+    return (
+        isinstance(decision.winrs, bool)
+        and all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in times)
+        and math.isfinite(decision.xla_ms)
+        and isinstance(decision.path, str)
+    )
 
 
 # WinRS is chosen only when it measured at least 5% faster than XLA's best sample (_time_all): two timings closer
