@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from winrs_jax.bench.__main__ import main
 
 
@@ -35,3 +37,14 @@ def test_times_are_per_filter_gradient(tmp_path, monkeypatch):
     main(["--shape", "2:8:4:3", "--dtype", "f32_highest", "--repeats", "1", "--json", str(out)])
     (row,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
     assert (row["xla_ms"], row["winrs_ms"]) == (2.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    "argv, message", [(["--shape", "2:8:8"], "--shape"), (["--repeats", "0"], "at least 1")]
+)
+def test_bad_arguments_are_usage_errors(argv, message, capsys):
+    """A malformed --shape or a count below 1 stops at the command line with a usage message (they raised a
+    ValueError traceback, and a StatisticsError after the layers had run)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""python -m winrs_jax.bench: winrs_jax vs XLA (and PyTorch/cuDNN where importable) backward-filter convolution,
-same process, same inputs."""
+"""python -m winrs_jax.bench: winrs_jax vs XLA (and PyTorch/cuDNN where PyTorch with CUDA is importable)
+backward-filter convolution, same process, same inputs."""
 
 from __future__ import annotations
 
@@ -96,16 +96,31 @@ def _plot(results: list[tuple[str, Result]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _shape(text: str) -> Shape:
+    """--shape's parser: Shape.parse, its ValueError an argparse usage error."""
+    try:
+        return Shape.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m winrs_jax.bench", description=__doc__)
     parser.add_argument("--suite", action="append", choices=[*SUITES, "none"],
                         help="built-in layers, repeatable (default, without --shape: paper and real on a GPU, else "
                         "small)")  # fmt: skip
-    parser.add_argument("--shape", action="append", default=[],
+    parser.add_argument("--shape", action="append", default=[], type=_shape,
                         help="extra layer N:H:C:r, N:H:W:CIN:COUT:FH:FW or N:D:H:W:CIN:COUT:FD:FH:FW, "
                         "then optionally :gG (groups) :sS (stride) :dD (dilation)")  # fmt: skip
     parser.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="default: all four")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=_positive, default=7)
     parser.add_argument("--calls", type=int, default=0,
                         help="calls back to back per repeat (default 0: as many as run about 10 ms); a call of a "
                         "short layer is a program of several filter gradients (auto mode's timing)")  # fmt: skip
@@ -121,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     default = ["paper", "real"] if jax.default_backend() == "gpu" else ["small"]
     suites = args.suite or ([] if args.shape else default)  # --shape alone runs just those layers
     cases = [(s, shape) for s in suites if s != "none" for shape in SUITES[s]]
-    cases += [("shape", Shape.parse(s)) for s in args.shape]
+    cases += [("shape", shape) for shape in args.shape]
     dtypes = args.dtype or list(DTYPES)
     device = jax.devices()[0]
     print(f"device {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}", flush=True)
