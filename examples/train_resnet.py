@@ -217,6 +217,29 @@ def step_times(
     return times
 
 
+def record_layers(layers: dict) -> Any:
+    """A conv that notes each distinct layer it is called with (shapes, dtype, lax's arguments) and runs lax's."""
+
+    def conv(lhs: jax.Array, rhs: jax.Array, *args: Any, **kwargs: Any) -> jax.Array:
+        key = repr((lhs.shape, rhs.shape, lhs.dtype, args, sorted(kwargs.items())))
+        shapes = (jax.ShapeDtypeStruct(lhs.shape, lhs.dtype), jax.ShapeDtypeStruct(rhs.shape, rhs.dtype))
+        layers.setdefault(key, (*shapes, args, kwargs))
+        return lax.conv_general_dilated(lhs, rhs, *args, **kwargs)
+
+    return conv
+
+
+def print_layer_choices(model: nn.Module, params: Any, sample: jax.Array, layers: dict) -> None:
+    """What computes each distinct convolution's filter gradient in winrs_jax.conv's run: WinRS or XLA, and why
+    (in the default mode, measured now; the training step's trace then finds the decisions cached)."""
+    jax.eval_shape(model.apply, params, sample)
+    print(f"{len(layers)} distinct convolution layers; their filter gradients with winrs_jax.conv:")
+    for x, w, args, kwargs in layers.values():
+        plan = winrs_jax.plan(x, w, *args, **kwargs)
+        what = plan.choice if plan.supported else f"XLA ({plan.reason})"
+        print(f"  filter {tuple(w.shape)} on input {tuple(x.shape)} {x.dtype}: {what}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -238,10 +261,8 @@ def main() -> None:
     network = MODELS[args.model]
     sample = jnp.asarray(images[: args.batch])
     params = network(args.width, lax.conv_general_dilated, dtype).init(jax.random.key(0), sample)
-    if dtype != jnp.float32:
-        x = jax.ShapeDtypeStruct((args.batch, args.size, args.size, args.width), dtype)
-        w = jax.ShapeDtypeStruct((3, 3, args.width, args.width), dtype)
-        print(winrs_jax.plan(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    layers: dict = {}
+    print_layer_choices(network(args.width, record_layers(layers), dtype), params, sample, layers)
 
     images_on_device, labels_on_device = jnp.asarray(images), jnp.asarray(labels)
     results, runs = {}, {}
