@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -145,6 +146,18 @@ def test_corrupt_or_foreign_cache_file_is_ignored_with_a_warning(auto, tmp_path)
         with pytest.warns(RuntimeWarning, match="wrong type or value"):
             _grad_hlo()
     assert len(auto) == 12
+
+
+def test_cache_files_take_the_users_umask(auto, tmp_path):
+    """A cache directory shared between users: each file is created with the umask's permissions (a private
+    0600 temporary file renamed into place kept the others out), and no temporary file is left behind."""
+    old = os.umask(0o022)
+    try:
+        _grad_hlo()
+    finally:
+        os.umask(old)
+    (path,) = tmp_path.iterdir()
+    assert path.suffix == ".json" and path.stat().st_mode & 0o777 == 0o644
 
 
 def test_unwritable_cache_directory_keeps_the_decision_in_memory(auto, monkeypatch, tmp_path):

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import statistics
-import tempfile
 import threading
 import time
 import warnings
@@ -185,8 +184,10 @@ class DecisionCache:
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Atomic: write a private temporary file, then rename it over the target.
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            # Atomic: write a temporary file of this process and thread, then rename it over the target. Created
+            # with the user's umask (mkstemp's 0600 kept a directory shared between users unreadable to others).
+            tmp = path.parent / f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f)
             os.replace(tmp, path)
