@@ -502,11 +502,10 @@ def test_wide_16bit_layers_are_measured_again_after_their_tile_changed(auto):
     filter-row tile (removed: variants.h, kWideBlock) are not reused: those layers' keys name their work tile now;
     a 64-channel layer keeps its key."""
     for channels in (64, 128):
-        lhs, rhs = (
-            jnp.ones((2, 10, 10, channels), jnp.bfloat16),
-            jnp.ones((3, 3, channels, channels), jnp.bfloat16),
+        lhs = jnp.ones((2, 10, 10, channels), jnp.bfloat16)
+        winrs_jax.plan(
+            lhs, jnp.ones((3, 3, channels, channels), jnp.bfloat16), (1, 1), "SAME", dimension_numbers=NHWC
         )
-        winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC)
     keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
     assert [key["channels"] for key in keys] == [[64, 64], [128, 128]]
     assert "work_tile" not in keys[0] and keys[1]["work_tile"] == [1, 128, 128, 1]
@@ -681,9 +680,10 @@ def test_the_loops_writes_copy_nothing_whole():
     spec = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=32)
 
     def xla(x, dy):
-        return jax.vjp(lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros((7, 7, 1, 32), x.dtype))[
-            1
-        ](dy)[0]
+        _, filter_vjp = jax.vjp(
+            lambda w: lax.conv_general_dilated(x, w, **spec), jnp.zeros((7, 7, 1, 32), x.dtype)
+        )
+        return filter_vjp(dy)[0]
 
     hlo = jax.jit(choice.looped(xla, 4)).lower(x, dy).compile().as_text()
     body = re.search(r"while\(.*body=(%[\w.]+)", hlo).group(1)
