@@ -33,9 +33,12 @@ for stage in "$@"; do
       "$(kernel_check)" ${KCHECK_PATHS:-} >"$OUT/kernel-check.log" 2>&1; grep -E "FAILED|failures" "$OUT/kernel-check.log" | tail -30
       WINRS_JAX_WGMMA=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-mma.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-mma.log" | tail -30
-      # The 128 x 128 TMA block where the persistent 128 x 256 one runs by default.
+      # The 128 x 128 TMA block where the persistent block runs by default, and the persistent block's one-tap
+      # tiles where its T-tap tiles do (wgmma_persistent.cuh, persistent_taps).
       WINRS_JAX_PERSISTENT=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-one-tile.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-one-tile.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-one-tile.log" | tail -30
+      WINRS_JAX_TAP_RUNS=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-one-tap.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-one-tap.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \

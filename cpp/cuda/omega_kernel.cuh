@@ -13,8 +13,8 @@
 // (direct_taps.cuh), WgmmaConfig, its 128 x 128 block on Hopper (wgmma.cuh), WgmmaTapsConfig, the
 // filter-row tile on Hopper (wgmma_taps.cuh). The direct kernel on the tensor-core paths stages by cp.async
 // (copy_main_loop) where channels come in 16-byte pieces, or its 128 x 128 wgmma block by the TMA
-// (tma_main_loop) at batches of 32 or a multiple of 64; there, where X's channel blocks pair up, a persistent
-// kernel of its own on 128 x 256 tiles runs instead (wgmma_persistent.cuh).
+// (tma_main_loop) at batches of 32 or a multiple of 64; there a persistent kernel of its own runs instead, on
+// tiles of three (two) filter columns of 128 x 128 channels, or of one on 128 x 256 (wgmma_persistent.cuh).
 //
 // Preconditions (the planner and the FFI handler check them): a consistent problem and plan, fewer than 2^31
 // elements per tensor. Channel counts need no alignment: loads are predicated, and vectorised when the
@@ -511,9 +511,12 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
                                  int(images)) &&
               encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
                                  int(images))) {
-            // Where X's 128-channel blocks pair up, the persistent 128 x 256 block (wgmma_persistent.cuh).
+            // The persistent block where it applies (wgmma_persistent.cuh, persistent_taps).
             cudaError_t result = cudaSuccess;
-            if (takes_persistent(p) && launch_persistent<PersistentConfig<P>>(mapped, stream, &result))
+            const int taps = persistent_taps(p);
+            if ((taps == 3 && launch_persistent<PersistentConfig<P, 3>>(mapped, stream, &result)) ||
+                (taps == 2 && launch_persistent<PersistentConfig<P, 2>>(mapped, stream, &result)) ||
+                (taps == 1 && launch_persistent<PersistentConfig<P, 1>>(mapped, stream, &result)))
               return result;
             return launch_config<Tma>(mapped, stream);
           }

@@ -34,6 +34,10 @@ struct PixelSteps {
 
   // Bytes that complete a step's `full` barrier (boxes outside the tensor count whole, as zeros).
   static constexpr uint32_t step_bytes = (C::grad_panels + C::input_panels) * C::panel_bytes;
+  // As TapRuns's (tap_runs.cuh) for the persistent block: one tap, every step with MMAs, X of its own.
+  static constexpr int taps = 1, reach = 0;
+  __device__ bool computes(int) const { return true; }
+  __device__ uint32_t bytes(int) const { return step_bytes; }
 
   // Issues step s's boxes into `stage`, completing on `bar` (whose expected bytes the caller has set).
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk,

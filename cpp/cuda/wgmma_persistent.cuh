@@ -1,18 +1,20 @@
-// The one-tap block as a persistent, warp-specialised kernel on the 128 x 256 channel tile (issue 7;
-// wgmma_wide_n.cuh; the structure of cuDNN's Hopper wgrad kernel, docs/benchmarks.md, eighteenth stop): one
-// block of three warpgroups per SM walks the work tiles b, b + G, b + 2G, ... of the TileScheduler (G blocks,
-// at most one per SM). Warpgroup 0 is the producer: one thread issues every step's TMA boxes
-// (pixel_steps.cuh) into a ring of buffers, running ahead across tile boundaries, so that a tile's first
+// The one-tap block and the T-tap tiles as a persistent, warp-specialised kernel (issue 7; wgmma_wide_n.cuh;
+// the structure of cuDNN's Hopper wgrad kernel, docs/benchmarks.md, eighteenth stop): one block of three
+// warpgroups per SM walks the work tiles b, b + G, b + 2G, ... of the TileScheduler (G blocks, at most one
+// per SM). Warpgroup 0 is the producer: one thread issues every step's TMA boxes (pixel_steps.cuh, one tap;
+// tap_runs.cuh, T taps) into a ring of buffers, running ahead across tile boundaries, so that a tile's first
 // steps are in flight while the previous tile's MMAs finish and its output is written. Warpgroups 1 and 2 are
-// the consumers, each 64 output channels by 256 input channels, releasing a buffer one step later, as
-// tma_main_loop does; they write a tile's output straight from the accumulator fragments (float2 stores or
-// atomics), with write_round's bucket and atomic semantics.
+// the consumers, each 64 output channels of the tile; a step's MMAs read its buffer and, for T taps, the
+// `reach` buffers before it, so a warp releases a buffer once the MMAs of the step `reach` steps after it are
+// done (one step later than they were issued, as tma_main_loop). They write a tile's output straight from the
+// accumulator fragments (float2 stores or atomics), with write_round's bucket and atomic semantics.
 //
-// Against the 128 x 128 block of one tile (two blocks per SM), 1.01-1.23x faster on ten bf16 layers (H100,
-// 2026-11-24; docs/benchmarks.md, nineteenth stop). The same persistent structure on the 128 x 128 tile (two
-// consumer warpgroups of m64n128k16) ran 1.2-1.9x slower than the two blocks of one tile, whether staged by
-// the TMA or by cp.async from the producer's 128 threads; clusters of two blocks sharing X by multicast moved
-// the 128 x 256 tile by -4% to +5%. Neither is kept (branch experiment/persistent-one-tap).
+// One tap on 128 x 256 channels against the 128 x 128 block of one tile (two blocks per SM): 1.01-1.23x
+// faster on ten bf16 layers (H100, 2026-11-24; docs/benchmarks.md, nineteenth stop). The same persistent
+// structure on the 128 x 128 tile (two consumer warpgroups of m64n128k16) ran 1.2-1.9x slower than the two
+// blocks of one tile, whether staged by the TMA or by cp.async from the producer's 128 threads; clusters of
+// two blocks sharing X by multicast moved the 128 x 256 tile by -4% to +5%. Neither is kept (branch
+// experiment/persistent-one-tap).
 //
 // Plans whose segments chain (serial split-K, segments.h) keep the 128 x 128 block: a persistent block
 // waiting for a link whose tile sits with a block that cannot become resident (where the process has fewer
@@ -22,10 +24,12 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/device.cuh"
 #include "cuda/omega.h"
 #include "cuda/pixel_steps.cuh"
+#include "cuda/tap_runs.cuh"
 #include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_wide_n.cuh"
@@ -35,17 +39,21 @@ namespace winrs::cuda {
 
 inline constexpr int kProducerThreads = 128, kConsumerThreads = 256;
 inline constexpr int kPersistentThreads = kProducerThreads + kConsumerThreads;
-template <Path P>
-using PersistentConfig = WgmmaWideNConfig<P, 4>;  // four buffers of 48 KB
+template <Path P, int Taps>
+using PersistentConfig = WgmmaWideNConfig<P, Taps>;
+template <class C>
+using PersistentSteps = std::conditional_t<C::taps == 1, PixelSteps<C>, TapRuns<C>>;
+template <class C>
+using PersistentGemm = std::conditional_t<C::taps == 1, WgmmaWideNGemm<C>, WgmmaTapRunsGemm<C>>;
 
-// Writes a consumer thread's accumulators (the wgmma fragment: rows 16 w + lane / 4 (+ 8) of the tile,
-// columns 8 j + 2 (lane % 4) and the next) into the tile's bucket: stores, adds (the residual column's
-// kernel, after the primary one's), or atomic adds into the zeroed dW. Input channels come in 16-byte pieces
-// (the TMA's maps need them), so a pair of columns is in range whole.
+// Writes a consumer thread's accumulators of one filter column (the wgmma fragment: rows 16 w + lane / 4 (+
+// 8) of the tile, columns 8 j + 2 (lane % 4) and the next) into the tile's bucket: stores, adds (the residual
+// column's kernel, after the primary one's), or atomic adds into the zeroed dW. Input channels come in
+// 16-byte pieces (the TMA's maps need them), so a pair of columns is in range whole.
 template <int Accumulators>
-__device__ __forceinline__ void write_fragment(const float (&acc)[Accumulators], float* bucket,
-                                               const Problem& p, const WorkTile& work, int warp, int lane,
-                                               bool atomic, bool accumulate) {
+__device__ __forceinline__ void write_fragment(const float* acc, float* bucket, const Problem& p,
+                                               const WorkTile& work, int warp, int lane, bool atomic,
+                                               bool accumulate) {
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -78,6 +86,7 @@ template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_kernel(const __grid_constant__ OmegaArgs args) {
   if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_persistent)
+  using Steps = PersistentSteps<C>;
   constexpr int stages = C::copy_stages, step_elems = C::copy_step_elems;
   extern __shared__ float4 smem4[];
   char* base = reinterpret_cast<char*>(smem4);
@@ -109,11 +118,11 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
       const WorkTile work = scheduler.tile(index);
       const UnitWalk walk = walk_of(work);
-      const PixelSteps<C> plan(p, work, walk);
+      const Steps plan(p, work, walk);
       for (int s = 0; s < plan.steps; ++s, ++g) {
         const int slot = g % stages;
         if (g >= stages) mbarrier_wait(empty + slot, (g / stages - 1) & 1);  // its previous step released
-        mbarrier_arrive_expect(full + slot, PixelSteps<C>::step_bytes);
+        mbarrier_arrive_expect(full + slot, plan.bytes(s));
         plan.issue(args, work, walk, smem + slot * step_elems, full + slot, s);
       }
     }
@@ -122,38 +131,61 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   const int tid = threadIdx.x - kProducerThreads, warp = tid / 32, lane = tid % 32;
   raise_registers<232>();
-  WgmmaWideNGemm<C> gemm;
-  int g = 0;  // steps consumed by this block
+  PersistentGemm<C> gemm;
+  int g = 0;         // steps consumed by this block
+  int released = 0;  // buffers (steps) this warp released
+  const auto release_through = [&](int last) {
+    for (; released <= last; ++released)
+      if (lane == 0) mbarrier_arrive(empty + released % stages);
+    __syncwarp();  // converged again before the next step's .aligned wgmma instructions
+  };
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
     const WorkTile work = scheduler.tile(index);
-    const int steps = PixelSteps<C>(p, work, walk_of(work)).steps;
+    const Steps plan(p, work, walk_of(work));
     gemm.init(tid);
-    for (int s = 0; s < steps; ++s, ++g) {
+    for (int s = 0; s < plan.steps; ++s, ++g) {
       mbarrier_wait(full + g % stages, (g / stages) & 1);
-      const typename C::Smem* current = smem + g % stages * step_elems;
-      static_for<0, C::copy_substeps>([&](auto sub) { gemm.run_step(current, decltype(sub)::value); });
-      gemm.template retire<1>();  // the previous step's MMAs are done: its buffer is free
-      if (s > 0 && lane == 0) mbarrier_arrive(empty + (g - 1) % stages);
-      __syncwarp();  // converged again before the next step's .aligned wgmma instructions
+      const auto slot = [&](int back) { return smem + (g - back) % stages * step_elems; };
+      if (plan.computes(s)) {
+        gemm.run(slot, plan);
+      } else {
+        wgmma_fence();   // (else ptxas injects one, warning C7519)
+        wgmma_commit();  // X alone (the top of a tap run): an empty group keeps the count uniform
+      }
+      gemm.template retire<1>();  // the previous step's MMAs are done: the buffer `reach` before it is free
+      release_through(g - 1 - plan.reach);
     }
     gemm.template retire<0>();
-    if (steps > 0 && lane == 0) mbarrier_arrive(empty + (g - 1) % stages);
-    __syncwarp();
+    release_through(g - 1);
 
     // The tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores).
     const int bucket_index = grid.bucket_of(work.local);
     float* bucket = bucket_index == 0 ? args.filter_grad
                                       : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
-    write_fragment(gemm.acc, bucket, p, work, warp, lane, grid.atomic, args.kernel == 1);
+    constexpr int per_tap = PersistentGemm<C>::accumulators / C::taps;
+    static_for<0, C::taps>([&](auto t) {
+      constexpr int j = decltype(t)::value;
+      if (j >= plan.taps) return;
+      WorkTile column = work;
+      column.f0 += j;
+      write_fragment<per_tap>(gemm.acc + j * per_tap, bucket, p, column, warp, lane, grid.atomic,
+                              args.kernel == 1);
+    });
   }
 }
 
-// Whether the persistent block takes a layer that the 128 x 128 TMA block would: X's 128-channel blocks pair
-// up (no more channels computed and dropped than by two 128-wide blocks), and WINRS_JAX_PERSISTENT is not 0
-// (the 128 x 128 block instead, to compare them).
-inline bool takes_persistent(const Problem& p) {
-  const char* flag = std::getenv("WINRS_JAX_PERSISTENT");
-  return !(flag && flag[0] == '0') && (p.in_c + 127) / 128 % 2 == 0;
+// Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take, or 0
+// for that block: T = 3 taps (2 for filters two wide), else one tap where X's 128-channel blocks pair up (no
+// more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves one tap,
+// WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
+inline int persistent_taps(const Problem& p) {
+  const auto off = [](const char* name) {
+    const char* flag = std::getenv(name);
+    return flag && flag[0] == '0';
+  };
+  if (off("WINRS_JAX_PERSISTENT")) return 0;
+  if (p.filter_w >= 2 && !p.strided() && !off("WINRS_JAX_TAP_RUNS")) return p.filter_w == 2 ? 2 : 3;
+  return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
 // Launches the persistent block on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here

@@ -1,9 +1,11 @@
-// The persistent block's 128 x 256 channel tile (wgmma_persistent.cuh; issue 7): each consumer warpgroup
-// multiplies its 64 output channels by 256 input channels in one m64n256k16 per 16-unit K-block, the tile of
-// CUTLASS's fastest Hopper GEMMs: twice the MMA work per instruction as the 128 x 128 block's m64n128k16, and
-// a quarter fewer bytes per FLOP from L2. 128 accumulators per thread, so the consumers raise their register
-// budget (setmaxnreg) while the producer lowers its own. Staged by the TMA (pixel_steps.cuh): a step is dY's
-// two 64-channel panels and X's four, 48 KB, four of them in flight.
+// The persistent block's channel tiles (wgmma_persistent.cuh; issue 7). One tap (T = 1): 128 x 256, each
+// consumer warpgroup multiplying its 64 output channels by 256 input channels in one m64n256k16 per 16-unit
+// K-block, the tile of CUTLASS's fastest Hopper GEMMs: twice the MMA work per instruction as the 128 x 128
+// block's m64n128k16, and a quarter fewer bytes per FLOP from L2; a step is dY's two 64-channel panels and
+// X's four, 48 KB, four of them in flight (pixel_steps.cuh). T = 2 or 3 consecutive filter columns: 128 x 128
+// channels by T taps, one m64n128k16 per tap and K-block, each tap's X from the step that copied it
+// (tap_runs.cuh); a step is two panels of each, 32 KB, seven buffers. 64 T accumulators per thread (128 or
+// 192), so the consumers raise their register budget (setmaxnreg) while the producer lowers its own.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +14,15 @@
 
 namespace winrs::cuda {
 
-template <Path P, int Stages>
+template <Path P, int Taps>
 struct WgmmaWideNConfig : WgmmaPath<P> {
   using typename WgmmaPath<P>::Smem;
 
-  static constexpr int n = 1, r = 1;        // the direct kernel's one tap (variant 0)
-  static constexpr int BN = 128, BM = 256;  // output x input channels
+  static_assert(Taps >= 1 && Taps <= 3);
+  static constexpr int n = Taps, r = 1, taps = Taps;  // the direct kernel's columns (variant 0), T per tile
+  static constexpr int BN = 128, BM = Taps == 1 ? 256 : 128;  // output x input channels
   static constexpr bool tma = true;
-  static constexpr int K = 16, copy_substeps = 4, copy_stages = Stages;
+  static constexpr int K = 16, copy_substeps = 4, copy_stages = Taps == 1 ? 4 : 7;
   static constexpr int copy_units = copy_substeps * K;
   static constexpr int panel_channels = 128 / int(sizeof(Smem));
   static constexpr int panel_elems = copy_units * panel_channels;
@@ -32,6 +35,7 @@ struct WgmmaWideNConfig : WgmmaPath<P> {
   static constexpr size_t barrier_offset = copy_bytes;
   static constexpr size_t barrier_bytes = 2 * copy_stages * sizeof(uint64_t);
   static constexpr size_t smem_bytes = copy_bytes + smem_align + barrier_bytes;
+  static_assert(smem_bytes <= 232448, "Hopper's 227 KB of shared memory per block");
 };
 
 // D (64 x 256, FP32) += A (64 x 16) B (16 x 256), both from shared memory as MN-major operands.
@@ -84,9 +88,11 @@ __device__ __forceinline__ void raise_registers() {
 #endif
 }
 
-// The GEMM policy of WgmmaWideNConfig: consumer warpgroup g accumulates output channels 64 g .. 64 g + 63 by
-// all 256 input channels; consumer warp w holds rows 16 w .. 16 w + 15 (WgmmaGemm's fragment, 32 column
-// groups of 8).
+// The GEMM policies of WgmmaWideNConfig: consumer warpgroup g accumulates output channels 64 g .. 64 g + 63;
+// consumer warp w holds rows 16 w .. 16 w + 15 (WgmmaGemm's fragment, column groups of 8). run() takes a step
+// whose buffer, and those `back` steps before it, slot(back) returns.
+//
+// One tap: all 256 input channels, 32 column groups.
 template <class C>
 struct WgmmaWideNGemm {
   using Smem = typename C::Smem;
@@ -101,14 +107,76 @@ struct WgmmaWideNGemm {
     for (int i = 0; i < accumulators; ++i) acc[i] = 0.0f;
   }
 
-  __device__ void run_step(const Smem* step, int sub) {
-    if (sub == 0) wgmma_fence();
-    const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
-    const Smem* b = step + C::input_base + sub * C::K * C::panel_channels;
-    constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
-    wgmma_m64n256k16<C::operand>(acc, wgmma_descriptor(a, C::panel_bytes, sbo),
-                                 wgmma_descriptor(b, C::panel_bytes, sbo));
-    if (sub == C::copy_substeps - 1) wgmma_commit();
+  template <class Slot, class Steps>
+  __device__ void run(const Slot& slot, const Steps&) {
+    wgmma_fence();
+    const Smem* step = slot(0);
+    static_for<0, C::copy_substeps>([&](auto s) {
+      constexpr int sub = decltype(s)::value;
+      const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
+      const Smem* b = step + C::input_base + sub * C::K * C::panel_channels;
+      constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
+      wgmma_m64n256k16<C::operand>(acc, wgmma_descriptor(a, C::panel_bytes, sbo),
+                                   wgmma_descriptor(b, C::panel_bytes, sbo));
+    });
+    wgmma_commit();
+  }
+
+  template <int Pending>
+  __device__ void retire() {
+    wgmma_wait<Pending>();
+#pragma unroll
+    for (int i = 0; i < accumulators; ++i) pin_register(acc[i]);
+  }
+};
+
+// T taps: tap j's 128 input channels in accumulators 64 j .. 64 j + 63 (16 column groups), its operand X from
+// the step that TapRuns::x_of names. A tile past the filter's last column runs only its plan.taps first taps,
+// each count its own code: MMAs under a branch made ptxas fence every MMA of a step (its warning C7519).
+template <class C>
+struct WgmmaTapRunsGemm {
+  using Smem = typename C::Smem;
+  static constexpr int accumulators = 64 * C::taps;
+  int warp, lane;
+  float acc[accumulators];
+
+  __device__ void init(int tid) {
+    warp = tid / 32;
+    lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < accumulators; ++i) acc[i] = 0.0f;
+  }
+
+  template <class Slot, class Steps>
+  __device__ void run(const Slot& slot, const Steps& plan) {
+    if (plan.taps == C::taps) {
+      run_taps<C::taps>(slot, plan);
+    } else if (plan.taps == 2) {
+      run_taps<2>(slot, plan);
+    } else {
+      run_taps<1>(slot, plan);
+    }
+  }
+
+  template <int Taps, class Slot, class Steps>
+  __device__ void run_taps(const Slot& slot, const Steps& plan) {
+    wgmma_fence();
+    const Smem* step = slot(0);
+    static_for<0, C::copy_substeps>([&](auto s) {
+      constexpr int sub = decltype(s)::value;
+      const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
+      constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
+      const uint64_t a_desc = wgmma_descriptor(a, C::panel_bytes, sbo);
+      static_for<0, Taps>([&](auto t) {
+        constexpr int j = decltype(t)::value;
+        int back, row;
+        plan.x_of(sub, j, &back, &row);
+        const Smem* b = slot(back) + C::input_base + row * C::panel_channels;
+        wgmma_m64n128k16<C::operand>(*reinterpret_cast<float(*)[64]>(acc + 64 * j), a_desc,
+                                     wgmma_descriptor(b, C::panel_bytes, sbo));
+      });
+    });
+    wgmma_commit();
   }
 
   template <int Pending>
