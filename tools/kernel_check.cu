@@ -197,12 +197,16 @@ int main(int argc, char** argv) {
     // Batches of 64 and 32 images (the 128 x 128 wgmma block's TMA staging copies a pixel of 64 images per
     // step, or 64 / batch pixels, the last step of a segment partly past its end) and 16 (cp.async staging):
     // partial channel panels (72, 136), padding on both sides, chained and atomic; a batch of 128 (two steps
-    // per pixel), the last output-channel block of 192 half past the tensor.
+    // per pixel), the last output-channel block of 192 half past the tensor. Atomic plans run the persistent
+    // block's T-tap tiles on Hopper (wgmma_persistent.cuh): three taps (6 = 3 + 3, 5 = 3 + 2 columns), two
+    // (width 2), a batch of 32 (two positions per step), of 128 (in parts of 64 images, tap_run_grid).
     for (const auto& [batch, in_c, out_c, buckets, atomic, filter_w] :
          {std::tuple{64, 136, 72, 0, true, 3}, std::tuple{64, 200, 136, 1, false, 5},
           std::tuple{64, 72, 264, 0, true, 6}, std::tuple{32, 136, 72, 1, false, 3},
           std::tuple{16, 200, 136, 0, true, 5}, std::tuple{64, 136, 72, 0, false, 2},
-          std::tuple{64, 128, 192, 0, true, 3}, std::tuple{128, 192, 256, 1, false, 5}}) {
+          std::tuple{64, 128, 192, 0, true, 3}, std::tuple{128, 192, 256, 1, false, 5},
+          std::tuple{128, 192, 256, 0, true, 5}, std::tuple{128, 136, 72, 0, true, 2},
+          std::tuple{32, 200, 136, 0, true, 5}, std::tuple{32, 136, 72, 0, true, 2}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, 4, 7, 2, filter_w});

@@ -31,7 +31,8 @@ struct TapRuns {
   int reach;      // steps of X alone at the top of a run: (T - 1) / positions, rounded up
   int width, run_steps, steps;
   int row_offset, col_offset;
-  int taps;  // filter columns of this tile (fewer than T in the filter's last tile)
+  int taps;     // filter columns of this tile (fewer than T in the filter's last tile)
+  int outside;  // an image past the batch: dY boxes there read as zeros
 
   __device__ TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk) {
     images = walk.batch < C::copy_units ? walk.batch : C::copy_units;
@@ -44,6 +45,7 @@ struct TapRuns {
     row_offset = work.fh - int(p.pad_top);
     col_offset = work.f0 - int(p.pad_left);
     taps = int(p.filter_w) - work.f0 < C::taps ? int(p.filter_w) - work.f0 : C::taps;
+    outside = int(p.batch);
   }
 
   // Whether step s has dY (and MMAs), and the bytes that complete its `full` barrier (boxes outside the
@@ -59,7 +61,7 @@ struct TapRuns {
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk,
                         typename C::Smem* stage, uint64_t* bar, int s) const {
     const int run = s / run_steps, k = s % run_steps;
-    const int oh = walk.row_begin + run / chunks, image = run % chunks * images;
+    const int oh = walk.row_begin + run / chunks, image = walk.image0 + run % chunks * images;
     for (int q = 0; q < positions; ++q) {
       const int row = q * images * C::panel_channels;  // the box's first row (unit) in a panel
       const int x_col = walk.w_begin + k * positions + q + col_offset;
@@ -69,7 +71,7 @@ struct TapRuns {
                     work.ic0 + panel * C::panel_channels, x_col, oh + row_offset, image);
       if (k < reach) continue;
       const int unit = (k - reach) * positions + q;
-      const int grad_image = unit < width ? image : walk.batch;  // past the run: zeros
+      const int grad_image = unit < width ? image : outside;  // past the run: zeros
 #pragma unroll
       for (int panel = 0; panel < C::grad_panels; ++panel)
         tma_load_4d(stage + panel * C::panel_elems + row, &args.grad_map, bar,
@@ -86,5 +88,46 @@ struct TapRuns {
     *row = shift % positions * images + first % images;
   }
 };
+
+// Host: the segments that the T-tap tiles run an atomic plan's kernel (0: the primary columns, 1: the
+// residual column) on, in place of the plan's. The planner cuts the one-tap kernel's layers into columns a
+// position or two wide (one-tap tiles do not care), where a T-tap run would copy T - 1 positions of X alone
+// for every one or two it computes; atomic adds let any cut of dY into segments sum into dW, and each tap's
+// sum keeps its terms. So: bands of rows, columns, and parts of the batch (boxes of 64 images each), the cut
+// that takes the fewest waves of `sms` tiles times a tile's steps (and kOverheadSteps for its start and its
+// output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each.
+inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms) {
+  constexpr int kUnits = 64, kChannels = 128, kOverheadSteps = 4, kMaxCuts = 8;
+  const int images = p.batch < kUnits ? int(p.batch) : kUnits, positions = kUnits / images;
+  const int chunks = int(p.batch) / images, reach = (taps - 1 + positions - 1) / positions;
+  const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
+                                ((p.out_c + kChannels - 1) / kChannels) *
+                                ((p.in_c + kChannels - 1) / kChannels);
+  const int out_h = planned.out_h, region = kernel == 0 ? planned.width0 : planned.out_w - planned.width0;
+  const int most_cols = kernel == 1 ? 1 : out_h == 1 ? kMaxCuts * sms : kMaxCuts;
+  SegmentGrid best = planned;
+  best.bucket_count = 1;
+  double best_cost = -1.0;
+  for (int parts = 1; parts <= chunks && parts <= kMaxCuts; ++parts) {
+    if (chunks % parts != 0) continue;
+    for (int cut = 1; cut <= most_cols && cut <= region; ++cut) {
+      const int seg_w = (region + cut - 1) / cut, cols = (region + seg_w - 1) / seg_w;
+      for (int band_cut = 1; band_cut <= out_h; ++band_cut) {
+        const int seg_h = (out_h + band_cut - 1) / band_cut, bands = (out_h + seg_h - 1) / seg_h;
+        const long long tiles = (long long)parts * bands * cols * per_segment;
+        const double steps = double(seg_h) * (chunks / parts) * ((seg_w + positions - 1) / positions + reach);
+        const double cost = double((tiles + sms - 1) / sms) * (steps + kOverheadSteps);
+        if (best_cost < 0 || cost < best_cost) {
+          best_cost = cost;
+          best.seg_rows = bands;
+          best.seg_h = seg_h;
+          best.image_parts = parts;
+          if (kernel == 0) best.seg_w = seg_w;
+        }
+      }
+    }
+  }
+  return best;
+}
 
 }  // namespace winrs::cuda

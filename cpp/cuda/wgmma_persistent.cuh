@@ -175,16 +175,18 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 }
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take, or 0
-// for that block: T = 3 taps (2 for filters two wide), else one tap where X's 128-channel blocks pair up (no
-// more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves one tap,
+// for that block: T = 3 taps (2 for filters two wide) where the plan adds its segments atomically (the tiles
+// take segments of their own, tap_run_grid), else one tap where X's 128-channel blocks pair up (no more
+// channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves one tap,
 // WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
-inline int persistent_taps(const Problem& p) {
+inline int persistent_taps(const Problem& p, const SegmentGrid& grid) {
   const auto off = [](const char* name) {
     const char* flag = std::getenv(name);
     return flag && flag[0] == '0';
   };
   if (off("WINRS_JAX_PERSISTENT")) return 0;
-  if (p.filter_w >= 2 && !p.strided() && !off("WINRS_JAX_TAP_RUNS")) return p.filter_w == 2 ? 2 : 3;
+  if (p.filter_w >= 2 && !p.strided() && grid.atomic && !off("WINRS_JAX_TAP_RUNS"))
+    return p.filter_w == 2 ? 2 : 3;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
@@ -205,8 +207,9 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
     (void)cudaGetLastError();
     return false;
   }
-  const long long tiles =
-      make_scheduler(mapped.problem, mapped.grid, mapped.kernel, C::n, C::BN, C::BM).count();
+  OmegaArgs args = mapped;
+  if constexpr (C::taps > 1) args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms);
+  const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
   if (*result != cudaSuccess) return true;
@@ -215,7 +218,7 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   config.blockDim = dim3(kPersistentThreads);
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
-  *result = cudaLaunchKernelEx(&config, kernel, mapped);
+  *result = cudaLaunchKernelEx(&config, kernel, args);
   return true;
 }
 
