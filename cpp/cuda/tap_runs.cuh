@@ -79,13 +79,18 @@ struct TapRuns {
     }
   }
 
-  // Where tap j of K-block `sub` (units 16 sub .. 16 sub + 15 of a step) finds its X: `back` steps before the
-  // step, at row `row` of that step's X. Unit 16 sub is image i of position q of the step; its tap j is run
-  // position q + j after the step's first unit, reach - (q + j) / P steps back.
-  __device__ void x_of(int sub, int j, int* back, int* row) const {
+  // Where tap j of K-block `sub` (units 16 sub .. 16 sub + 15 of a step) finds its X, for steps of Positions
+  // positions: `back` steps before the step, at row `row` of that step's X. Unit 16 sub is image i of
+  // position q of the step; its tap j is run position q + j after the step's first unit, reach - (q + j) / P
+  // steps back. Constants for the MMAs' addresses (a division per MMA made the consumers issue-bound).
+  struct XPlace {
+    int back, row;
+  };
+  template <int Positions>
+  __device__ static constexpr XPlace x_of(int sub, int j) {
+    constexpr int images = C::copy_units / Positions, reach = (C::taps - 1 + Positions - 1) / Positions;
     const int first = sub * C::K, q = first / images, shift = q + j;
-    *back = reach - shift / positions;
-    *row = shift % positions * images + first % images;
+    return XPlace{reach - shift / Positions, shift % Positions * images + first % images};
   }
 };
 

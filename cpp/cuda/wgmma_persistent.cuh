@@ -144,8 +144,11 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     const Steps plan(p, work, walk_of(work));
     gemm.init(tid);
     for (int s = 0; s < plan.steps; ++s, ++g) {
-      mbarrier_wait(full + g % stages, (g / stages) & 1);
-      const auto slot = [&](int back) { return smem + (g - back) % stages * step_elems; };
+      const int current = g % stages;
+      mbarrier_wait(full + current, (g / stages) & 1);
+      const auto slot = [&](int back) {  // back: a constant of the MMAs' code
+        return smem + (current >= back ? current - back : current - back + stages) * step_elems;
+      };
       if (plan.computes(s)) {
         gemm.run(slot, plan);
       } else {

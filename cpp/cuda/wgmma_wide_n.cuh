@@ -149,17 +149,26 @@ struct WgmmaTapRunsGemm {
 
   template <class Slot, class Steps>
   __device__ void run(const Slot& slot, const Steps& plan) {
-    if (plan.taps == C::taps) {
-      run_taps<C::taps>(slot, plan);
-    } else if (plan.taps == 2) {
-      run_taps<2>(slot, plan);
+    if (plan.positions == 1) {
+      run_positions<1, Steps>(slot, plan.taps);
     } else {
-      run_taps<1>(slot, plan);
+      run_positions<2, Steps>(slot, plan.taps);
     }
   }
 
-  template <int Taps, class Slot, class Steps>
-  __device__ void run_taps(const Slot& slot, const Steps& plan) {
+  template <int Positions, class Steps, class Slot>
+  __device__ void run_positions(const Slot& slot, int taps) {
+    if (taps == C::taps) {
+      run_taps<C::taps, Positions, Steps>(slot);
+    } else if (taps == 2) {
+      run_taps<2, Positions, Steps>(slot);
+    } else {
+      run_taps<1, Positions, Steps>(slot);
+    }
+  }
+
+  template <int Taps, int Positions, class Steps, class Slot>
+  __device__ void run_taps(const Slot& slot) {
     wgmma_fence();
     const Smem* step = slot(0);
     static_for<0, C::copy_substeps>([&](auto s) {
@@ -168,11 +177,9 @@ struct WgmmaTapRunsGemm {
       constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
       const uint64_t a_desc = wgmma_descriptor(a, C::panel_bytes, sbo);
       static_for<0, Taps>([&](auto t) {
-        constexpr int j = decltype(t)::value;
-        int back, row;
-        plan.x_of(sub, j, &back, &row);
-        const Smem* b = slot(back) + C::input_base + row * C::panel_channels;
-        wgmma_m64n128k16<C::operand>(*reinterpret_cast<float(*)[64]>(acc + 64 * j), a_desc,
+        constexpr typename Steps::XPlace x = Steps::template x_of<Positions>(sub, decltype(t)::value);
+        const Smem* b = slot(x.back) + C::input_base + x.row * C::panel_channels;
+        wgmma_m64n128k16<C::operand>(*reinterpret_cast<float(*)[64]>(acc + 64 * decltype(t)::value), a_desc,
                                      wgmma_descriptor(b, C::panel_bytes, sbo));
       });
     });
