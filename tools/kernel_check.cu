@@ -7,6 +7,7 @@
 //     cpp/cpu/backward_filter.cc -o kernel_check
 //   compute-sanitizer --tool memcheck ./kernel_check [path ...]
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -197,19 +198,34 @@ int main(int argc, char** argv) {
     // Batches of 64 and 32 images (the 128 x 128 wgmma block's TMA staging copies a pixel of 64 images per
     // step, or 64 / batch pixels, the last step of a segment partly past its end) and 16 (cp.async staging):
     // partial channel panels (72, 136), padding on both sides, chained and atomic; a batch of 128 (two steps
-    // per pixel), the last output-channel block of 192 half past the tensor. Atomic plans run the persistent
-    // block's T-tap tiles on Hopper (wgmma_persistent.cuh): three taps (6 = 3 + 3, 5 = 3 + 2 columns), two
-    // (width 2), a batch of 32 (two positions per step), of 128 (in parts of 64 images, tap_run_grid).
+    // per pixel), the last output-channel block of 192 half past the tensor.
     for (const auto& [batch, in_c, out_c, buckets, atomic, filter_w] :
          {std::tuple{64, 136, 72, 0, true, 3}, std::tuple{64, 200, 136, 1, false, 5},
           std::tuple{64, 72, 264, 0, true, 6}, std::tuple{32, 136, 72, 1, false, 3},
           std::tuple{16, 200, 136, 0, true, 5}, std::tuple{64, 136, 72, 0, false, 2},
-          std::tuple{64, 128, 192, 0, true, 3}, std::tuple{128, 192, 256, 1, false, 5},
-          std::tuple{128, 192, 256, 0, true, 5}, std::tuple{128, 136, 72, 0, true, 2},
-          std::tuple{32, 200, 136, 0, true, 5}, std::tuple{32, 136, 72, 0, true, 2}}) {
+          std::tuple{64, 128, 192, 0, true, 3}, std::tuple{128, 192, 256, 1, false, 5}}) {
       ++cases;
       failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, buckets, atomic, gen,
                             Layer{batch, 4, 7, 2, filter_w});
+    }
+    // The persistent block's T-tap tiles (16 bits on Hopper; atomic plans, rows of at least eight steps per
+    // step of X alone: wgmma_persistent.cuh, tap_runs.cuh): three taps (3; 6 = 3 + 3 and 5 = 3 + 2 columns),
+    // two (width 2); batches of 64, 128 (parts of 64 images, tap_run_grid) and 32 (two positions a step, an
+    // odd row's last step half past it); partial channel panels. Again with 3 blocks
+    // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
+    // and their boundaries.
+    for (const char* blocks : {"", "3"}) {
+      if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) break;
+      setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks, 1);
+      for (const auto& [batch, out_h, out_w, in_c, out_c, filter_w] :
+           {std::tuple{64, 2, 20, 136, 72, 3}, std::tuple{64, 1, 17, 72, 136, 6},
+            std::tuple{128, 1, 20, 136, 72, 5}, std::tuple{128, 2, 16, 72, 136, 2},
+            std::tuple{32, 1, 34, 136, 72, 5}, std::tuple{32, 1, 33, 72, 136, 2}}) {
+        ++cases;
+        failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, 0, true, gen,
+                              Layer{batch, out_h, out_w, 2, filter_w});
+      }
+      unsetenv("WINRS_JAX_PERSISTENT_BLOCKS");
     }
     // More tiles than an H100 has SMs (8 segments x 9 taps x 2 output-channel blocks x 2 of 256 input
     // channels): the persistent 128 x 256 block walks two tiles or more, its ring of buffers running across

@@ -23,6 +23,16 @@
 
 namespace winrs::cuda {
 
+// Steps of T-tap runs over a batch: positions per step (64 / images per box) and steps of X alone at the top
+// of a run (T - 1 positions, in whole steps).
+struct TapRunShape {
+  int images, positions, chunks, reach;
+};
+__host__ __device__ inline TapRunShape tap_run_shape(long long batch, int taps, int units = 64) {
+  const int images = batch < units ? int(batch) : units, positions = units / images;
+  return TapRunShape{images, positions, int(batch) / images, (taps - 1 + positions - 1) / positions};
+}
+
 template <class C>
 struct TapRuns {
   int images;     // per box
@@ -35,10 +45,11 @@ struct TapRuns {
   int outside;  // an image past the batch: dY boxes there read as zeros
 
   __device__ TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk) {
-    images = walk.batch < C::copy_units ? walk.batch : C::copy_units;
-    positions = C::copy_units / images;
-    chunks = walk.batch / images;
-    reach = (C::taps - 1 + positions - 1) / positions;
+    const TapRunShape shape = tap_run_shape(walk.batch, C::taps, C::copy_units);
+    images = shape.images;
+    positions = shape.positions;
+    chunks = shape.chunks;
+    reach = shape.reach;
     width = walk.units_per_row;
     run_steps = reach + (width + positions - 1) / positions;
     steps = walk.rows * chunks * run_steps;
@@ -102,9 +113,9 @@ struct TapRuns {
 // that takes the fewest waves of `sms` tiles times a tile's steps (and kOverheadSteps for its start and its
 // output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each.
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms) {
-  constexpr int kUnits = 64, kChannels = 128, kOverheadSteps = 4, kMaxCuts = 8;
-  const int images = p.batch < kUnits ? int(p.batch) : kUnits, positions = kUnits / images;
-  const int chunks = int(p.batch) / images, reach = (taps - 1 + positions - 1) / positions;
+  constexpr int kChannels = 128, kOverheadSteps = 4, kMaxCuts = 8;
+  const TapRunShape shape = tap_run_shape(p.batch, taps);
+  const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
   const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
                                 ((p.out_c + kChannels - 1) / kChannels) *
                                 ((p.in_c + kChannels - 1) / kChannels);

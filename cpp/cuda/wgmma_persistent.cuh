@@ -179,17 +179,24 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take, or 0
 // for that block: T = 3 taps (2 for filters two wide) where the plan adds its segments atomically (the tiles
-// take segments of their own, tap_run_grid), else one tap where X's 128-channel blocks pair up (no more
-// channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves one tap,
-// WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
+// take segments of their own, tap_run_grid) and a row is long enough that X alone, at the top of each run, is
+// at most a ninth of its steps; else one tap where X's 128-channel blocks pair up (no more channels computed
+// and dropped than by two 128-wide blocks). Against one tap, T = 3 ran 1.17-2.6x faster on nine bf16 layers
+// of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14 (H200, 2026-11-28;
+// docs/benchmarks.md, thirty-second stop). WINRS_JAX_TAP_RUNS=0 leaves one tap, WINRS_JAX_PERSISTENT=0 the
+// 128 x 128 block (to compare them).
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid) {
   const auto off = [](const char* name) {
     const char* flag = std::getenv(name);
     return flag && flag[0] == '0';
   };
   if (off("WINRS_JAX_PERSISTENT")) return 0;
-  if (p.filter_w >= 2 && !p.strided() && grid.atomic && !off("WINRS_JAX_TAP_RUNS"))
-    return p.filter_w == 2 ? 2 : 3;
+  const int taps = p.filter_w == 2 ? 2 : 3;
+  const TapRunShape runs = tap_run_shape(p.batch, taps);
+  const long long run_steps = (p.out_w + runs.positions - 1) / runs.positions;
+  if (p.filter_w >= 2 && !p.strided() && grid.atomic && 8LL * runs.reach <= run_steps &&
+      !off("WINRS_JAX_TAP_RUNS"))
+    return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
@@ -210,6 +217,10 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
     (void)cudaGetLastError();
     return false;
   }
+  // At most WINRS_JAX_PERSISTENT_BLOCKS blocks where it is set (tools/kernel_check.cu: each block walking
+  // many tiles, as on a part of the GPU).
+  if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
+    sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
   OmegaArgs args = mapped;
   if constexpr (C::taps > 1) args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms);
   const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
