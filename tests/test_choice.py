@@ -500,15 +500,17 @@ def test_a_grouped_layer_run_dense_is_not_its_dense_twin(auto):
 def test_wide_16bit_layers_are_measured_again_after_their_tile_changed(auto):
     """Decisions cached while unstrided 16-bit layers of more than 64 channels both ways could run the 128 x 128
     filter-row tile (removed: variants.h, kWideBlock) are not reused: those layers' keys name their work tile now;
-    a 64-channel layer keeps its key."""
-    for channels in (64, 128):
+    a 64-channel layer keeps its key. Nor those cached before such layers could run the three-tap tiles
+    (atomic plans, filters at least two wide): their keys say so; a deterministic plan's does not."""
+    for channels, deterministic in ((64, None), (128, None), (128, True)):
         lhs = jnp.ones((2, 10, 10, channels), jnp.bfloat16)
-        winrs_jax.plan(
-            lhs, jnp.ones((3, 3, channels, channels), jnp.bfloat16), (1, 1), "SAME", dimension_numbers=NHWC
-        )
+        rhs = jnp.ones((3, 3, channels, channels), jnp.bfloat16)
+        options = winrs_jax.PlannerOptions(deterministic=deterministic)
+        winrs_jax.plan(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC, options=options)
     keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
-    assert [key["channels"] for key in keys] == [[64, 64], [128, 128]]
+    assert [key["channels"] for key in keys] == [[64, 64], [128, 128], [128, 128]]
     assert "work_tile" not in keys[0] and keys[1]["work_tile"] == [1, 128, 128, 1]
+    assert [key.get("tap_runs", False) for key in keys] == [False, True, False]
 
 
 def test_the_measurement_runs_the_callers_layout(monkeypatch):

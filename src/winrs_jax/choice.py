@@ -641,6 +641,11 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             **({"work_tile": list(plan.work_tile)}
                if plan.path in ("bf16", "fp16") and min(plan.channels) > 64 and plan.strides == (1, 1)
                and plan.method == "winrs" else {}),
+            # Of those, atomic plans of filters at least two wide may run the persistent block's three-tap tiles
+            # from the thirty-second stop (1.17-2.6x one tap's speed where they run; older keys kept for the rest).
+            **({"tap_runs": True}
+               if plan.path in ("bf16", "fp16") and min(plan.channels) > 64 and plan.strides == (1, 1)
+               and plan.method == "winrs" and plan.atomic and plan.filter_hw[1] >= 2 else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
                else {}),
