@@ -213,6 +213,8 @@ def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filt
         assert [k.index for k in plan.kernels] == [0]
         assert plan.work_tile == (1, 128, 128, 1) and "a thread block computes 1 filter column" in str(plan)
         assert plan.segment_shape[1] < plan.out_grad_hw[1] // 2, plan.segment_shape
+        # In 16 bits the text says what Hopper's launch may run instead (cuda/wgmma_persistent.cuh).
+        assert ("tiles of 3 filter columns" in str(plan)) == (path == "bf16"), str(plan)
 
 
 @pytest.mark.parametrize(

@@ -424,7 +424,15 @@ class Plan:
         filter_columns = "1 filter column" if columns == 1 else f"{columns} filter columns"
         if rows > 1:
             filter_columns = f"{rows} filter rows x {filter_columns} (on Hopper)"
-        return f"; on the GPU a thread block computes {filter_columns} of {out_c} x {in_c} channels"
+        text = f"; on the GPU a thread block computes {filter_columns} of {out_c} x {in_c} channels"
+        if (columns, out_c) == (1, 128) and self.path in ("bf16", "fp16") and self.strides == (1, 1):
+            text += (
+                " (on Hopper, at batches of 32 or multiples of 64, a persistent kernel may take the layer instead: "
+                "tiles of 3 filter columns (2 for filters two wide) of 128 x 128 channels on segments of its own "
+                "where the sums are atomic and rows long, or of 1 column of 128 x 256 where the input channels "
+                "fill pairs of 128)"
+            )
+        return text
 
     def _depth_text(self) -> str:
         (d, od, fd), sd, dd = self.depth, self.depth_stride, self.depth_dilation
