@@ -513,7 +513,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
                                  int(images))) {
             // The persistent block where it applies (wgmma_persistent.cuh, persistent_taps).
             cudaError_t result = cudaSuccess;
-            const int taps = persistent_taps(p, args.grid);
+            const int taps = persistent_taps(p, args.grid, args.kernel);
             if ((taps == 3 && launch_persistent<PersistentConfig<P, 3>>(mapped, stream, &result)) ||
                 (taps == 2 && launch_persistent<PersistentConfig<P, 2>>(mapped, stream, &result)) ||
                 (taps == 1 && launch_persistent<PersistentConfig<P, 1>>(mapped, stream, &result)))

@@ -127,8 +127,12 @@ inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, in
   for (int parts = 1; parts <= chunks && parts <= kMaxCuts; ++parts) {
     if (chunks % parts != 0) continue;
     for (int cut = 1; cut <= most_cols && cut <= region; ++cut) {
-      const int seg_w = (region + cut - 1) / cut, cols = (region + seg_w - 1) / seg_w;
-      for (int band_cut = 1; band_cut <= out_h; ++band_cut) {
+      // Whole steps of positions (persistent_taps takes even regions only at two positions a step).
+      const int share = (region + cut - 1) / cut, seg_w = (share + positions - 1) / positions * positions;
+      const int cols = (region + seg_w - 1) / seg_w;
+      // Bands of seg_h rows, the bottom one cut at the last row (fewer); more bands than 4 waves of tiles
+      // cannot shorten the work (and would cost host time on tall maps).
+      for (int band_cut = 1; band_cut <= out_h && band_cut <= 4 * sms; ++band_cut) {
         const int seg_h = (out_h + band_cut - 1) / band_cut, bands = (out_h + seg_h - 1) / seg_h;
         const long long tiles = (long long)parts * bands * cols * per_segment;
         const double steps = double(seg_h) * (chunks / parts) * ((seg_w + positions - 1) / positions + reach);

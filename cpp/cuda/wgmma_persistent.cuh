@@ -177,15 +177,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   }
 }
 
-// Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take, or 0
-// for that block: T = 3 taps (2 for filters two wide) where the plan adds its segments atomically (the tiles
-// take segments of their own, tap_run_grid) and a row is long enough that X alone, at the top of each run, is
-// at most a ninth of its steps; else one tap where X's 128-channel blocks pair up (no more channels computed
-// and dropped than by two 128-wide blocks). Against one tap, T = 3 ran 1.17-2.6x faster on nine bf16 layers
-// of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14 (H200, 2026-11-28;
-// docs/benchmarks.md, thirty-second stop). WINRS_JAX_TAP_RUNS=0 leaves one tap, WINRS_JAX_PERSISTENT=0 the
-// 128 x 128 block (to compare them).
-inline int persistent_taps(const Problem& p, const SegmentGrid& grid) {
+// Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
+// kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where the plan
+// adds its segments atomically (the tiles take segments of their own, tap_run_grid) and the kernel's rows are
+// long enough that X alone, at the top of each run, is at most a ninth of its steps (of two positions each at
+// a batch of 32: rows of an even width there, or a run's last unit, past its end, would meet real X with zero
+// dY and turn an infinite X into NaN where the true sum is finite); else one tap where X's 128-channel blocks
+// pair up (no more channels computed and dropped than by two 128-wide blocks). Against one tap, T = 3 ran
+// 1.17-2.6x faster on nine bf16 layers of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14
+// (H200, 2026-11-28; docs/benchmarks.md, thirty-second stop). WINRS_JAX_TAP_RUNS=0 leaves one tap,
+// WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
+inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
   const auto off = [](const char* name) {
     const char* flag = std::getenv(name);
     return flag && flag[0] == '0';
@@ -193,9 +195,10 @@ inline int persistent_taps(const Problem& p, const SegmentGrid& grid) {
   if (off("WINRS_JAX_PERSISTENT")) return 0;
   const int taps = p.filter_w == 2 ? 2 : 3;
   const TapRunShape runs = tap_run_shape(p.batch, taps);
-  const long long run_steps = (p.out_w + runs.positions - 1) / runs.positions;
-  if (p.filter_w >= 2 && !p.strided() && grid.atomic && 8LL * runs.reach <= run_steps &&
-      !off("WINRS_JAX_TAP_RUNS"))
+  const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
+  const int run_steps = (width + runs.positions - 1) / runs.positions;
+  if (p.filter_w >= 2 && !p.strided() && grid.atomic && 8 * runs.reach <= run_steps &&
+      width % runs.positions == 0 && !off("WINRS_JAX_TAP_RUNS"))
     return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
