@@ -171,8 +171,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       if (j >= plan.taps) return;
       WorkTile column = work;
       column.f0 += j;
-      write_fragment<per_tap>(gemm.acc + j * per_tap, bucket, p, column, warp, lane, grid.atomic,
-                              args.kernel == 1);
+      write_fragment<per_tap>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
     });
   }
 }

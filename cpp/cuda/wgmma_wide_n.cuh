@@ -106,6 +106,7 @@ struct WgmmaWideNGemm {
 #pragma unroll
     for (int i = 0; i < accumulators; ++i) acc[i] = 0.0f;
   }
+  __device__ const float* column(int) const { return acc; }  // the one tap's fragment
 
   template <class Slot, class Steps>
   __device__ void run(const Slot& slot, const Steps&) {
@@ -138,14 +139,17 @@ struct WgmmaTapRunsGemm {
   using Smem = typename C::Smem;
   static constexpr int accumulators = 64 * C::taps;
   int warp, lane;
-  float acc[accumulators];
+  float acc[C::taps][64];
 
   __device__ void init(int tid) {
     warp = tid / 32;
     lane = tid % 32;
 #pragma unroll
-    for (int i = 0; i < accumulators; ++i) acc[i] = 0.0f;
+    for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
   }
+  __device__ const float* column(int j) const { return acc[j]; }  // tap j's fragment
 
   template <class Slot, class Steps>
   __device__ void run(const Slot& slot, const Steps& plan) {
@@ -179,7 +183,7 @@ struct WgmmaTapRunsGemm {
       static_for<0, Taps>([&](auto t) {
         constexpr typename Steps::XPlace x = Steps::template x_of<Positions>(sub, decltype(t)::value);
         const Smem* b = slot(x.back) + C::input_base + x.row * C::panel_channels;
-        wgmma_m64n128k16<C::operand>(*reinterpret_cast<float(*)[64]>(acc + 64 * decltype(t)::value), a_desc,
+        wgmma_m64n128k16<C::operand>(acc[decltype(t)::value], a_desc,
                                      wgmma_descriptor(b, C::panel_bytes, sbo));
       });
     });
@@ -190,7 +194,9 @@ struct WgmmaTapRunsGemm {
   __device__ void retire() {
     wgmma_wait<Pending>();
 #pragma unroll
-    for (int i = 0; i < accumulators; ++i) pin_register(acc[i]);
+    for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) pin_register(acc[j][i]);
   }
 };
 
