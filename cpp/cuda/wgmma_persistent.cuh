@@ -177,15 +177,10 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 }
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
-// kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where the plan
-// adds its segments atomically (the tiles take segments of their own, tap_run_grid) and the kernel's rows are
-// long enough that X alone, at the top of each run, is at most a ninth of its steps (of two positions each at
-// a batch of 32: rows of an even width there, or a run's last unit, past its end, would meet real X with zero
-// dY and turn an infinite X into NaN where the true sum is finite); else one tap where X's 128-channel blocks
-// pair up (no more channels computed and dropped than by two 128-wide blocks). Against one tap, T = 3 ran
-// 1.17-2.6x faster on nine bf16 layers of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14
-// (H200, 2026-11-28; docs/benchmarks.md, thirty-second stop). WINRS_JAX_TAP_RUNS=0 leaves one tap,
-// WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
+// kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit
+// (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
+// pair up (no more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves
+// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
   const auto off = [](const char* name) {
     const char* flag = std::getenv(name);
@@ -193,12 +188,7 @@ inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel
   };
   if (off("WINRS_JAX_PERSISTENT")) return 0;
   const int taps = p.filter_w == 2 ? 2 : 3;
-  const TapRunShape runs = tap_run_shape(p.batch, taps);
-  const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
-  const int run_steps = (width + runs.positions - 1) / runs.positions;
-  if (p.filter_w >= 2 && !p.strided() && grid.atomic && 8 * runs.reach <= run_steps &&
-      width % runs.positions == 0 && !off("WINRS_JAX_TAP_RUNS"))
-    return taps;
+  if (tap_runs_fit(p, grid, kernel, taps) && !off("WINRS_JAX_TAP_RUNS")) return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
@@ -224,7 +214,8 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
     sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
   OmegaArgs args = mapped;
-  if constexpr (C::taps > 1) args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms);
+  if constexpr (C::taps > 1)
+    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN);
   const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));

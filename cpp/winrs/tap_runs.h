@@ -1,0 +1,161 @@
+// The work of the persistent block's T-tap tiles (cuda/tap_runs.cuh, cuda/wgmma_persistent.cuh; T = 2 or 3),
+// written once for the kernel and for its host check (tests/cpp/tap_runs_check.cc): which dY units and X
+// positions a step holds, where a K-block's X lies for each tap, the segments the tiles take, and where they
+// run.
+//
+// A one-tap tile stages, for every 64 dY units, the 64 X positions of its one filter column. A tile of T
+// consecutive filter columns f0 .. f0 + T - 1 walks runs of consecutive positions of one dY row (for one box
+// of images), so that tap j of unit ow meets X at ow + f0 + j: the X that tap 0 of unit ow + j meets. Step k
+// of a run holds X for run positions k P .. k P + P - 1 (P positions a step) and, from k = reach on, dY for
+// units (k - reach) P .. (k - reach) P + P - 1, so a unit's taps read X from its own step and the `reach`
+// steps before it (a run opens with `reach` steps of X alone). Against the one-tap tile on 128 x 256
+// channels, X is copied once for T taps: 0.0053 bytes per FLOP from L2 at T = 3 instead of 0.0117
+// (docs/benchmarks.md, thirty-first stop).
+//
+// A step is 64 units: one position of 64 images (batches that are multiples of 64, a run per box of 64
+// images), or two positions of a batch of 32; units past the run's end read dY as zeros (an image past the
+// batch).
+#pragma once
+
+#include "config.h"
+#include "problem.h"
+#include "schedule.h"
+#include "segments.h"
+
+namespace winrs {
+
+inline constexpr int kTapRunUnits = 64;  // units per step
+inline constexpr int kTapRunBlock = 16;  // units per K-block (k16)
+
+// Steps of T-tap runs over a batch: images per box, positions per step, boxes of images per position, and
+// steps of X alone at the top of a run (T - 1 positions, in whole steps).
+struct TapRunShape {
+  int images, positions, chunks, reach;
+};
+WINRS_HD inline TapRunShape tap_run_shape(long long batch, int taps) {
+  const int images = batch < kTapRunUnits ? int(batch) : kTapRunUnits, positions = kTapRunUnits / images;
+  return TapRunShape{images, positions, int(batch) / images, (taps - 1 + positions - 1) / positions};
+}
+
+// One tile's runs: its steps, and the boxes of each.
+struct TapRunWalk {
+  TapRunShape shape;
+  int width, run_steps, steps;
+  int row_offset, col_offset;
+  int taps;     // filter columns of this tile (fewer than T in the filter's last tile)
+  int outside;  // an image past the batch: dY boxes there read as zeros
+
+  WINRS_HD TapRunWalk(const Problem& p, const WorkTile& work, const UnitWalk& walk, int tile_taps)
+      : shape(tap_run_shape(walk.batch, tile_taps)) {
+    width = walk.units_per_row;
+    run_steps = shape.reach + (width + shape.positions - 1) / shape.positions;
+    steps = walk.rows * shape.chunks * run_steps;
+    row_offset = work.fh - int(p.pad_top);
+    col_offset = work.f0 - int(p.pad_left);
+    taps = int(p.filter_w) - work.f0 < tile_taps ? int(p.filter_w) - work.f0 : tile_taps;
+    outside = int(p.batch);
+  }
+
+  // Whether step s has dY (and MMAs).
+  WINRS_HD bool computes(int s) const { return s % run_steps >= shape.reach; }
+
+  // Step s: its dY row, its run's first image and its place k in the run.
+  struct Step {
+    int oh, image, k;
+  };
+  WINRS_HD Step step(int s, const UnitWalk& walk) const {
+    const int run = s / run_steps;
+    return Step{walk.row_begin + run / shape.chunks, walk.image0 + run % shape.chunks * shape.images,
+                s % run_steps};
+  }
+  // X's box of the step's position q: column and row (its images from the step's image).
+  WINRS_HD int x_col(const Step& st, int q, const UnitWalk& walk) const {
+    return walk.w_begin + st.k * shape.positions + q + col_offset;
+  }
+  WINRS_HD int x_row(const Step& st) const { return st.oh + row_offset; }
+  // dY's box of the step's unit position q (from k = reach): column, and its first image, `outside` past the
+  // run's end.
+  WINRS_HD int grad_unit(const Step& st, int q) const { return (st.k - shape.reach) * shape.positions + q; }
+  WINRS_HD int grad_col(const Step& st, int q, const UnitWalk& walk) const {
+    return walk.w_begin + grad_unit(st, q);
+  }
+  WINRS_HD int grad_image(const Step& st, int q) const {
+    return grad_unit(st, q) < width ? st.image : outside;
+  }
+};
+
+// Where tap j of K-block `sub` (units 16 sub .. 16 sub + 15 of a step of `positions` positions) finds its X:
+// `back` steps before the step, at row `row` of that step's X (position row / images, image row % images).
+// Unit 16 sub is image i of position q of the step; its tap j is run position q + j after the step's first
+// unit, reach - (q + j) / P steps back. Constants of the kernel's code (a division per MMA had made the
+// consumers issue-bound).
+struct TapXPlace {
+  int back, row;
+};
+WINRS_HD constexpr TapXPlace tap_x_place(int taps, int positions, int sub, int j) {
+  const int images = kTapRunUnits / positions, reach = (taps - 1 + positions - 1) / positions;
+  const int first = sub * kTapRunBlock, q = first / images, shift = q + j;
+  return TapXPlace{reach - shift / positions, shift % positions * images + first % images};
+}
+
+// Whether the T-tap tiles take kernel `kernel` (0: the primary columns, 1: the residual column) of a plan:
+// atomic sums (the tiles cut segments of their own: tap_run_grid), unstrided, filters at least two wide, and
+// rows long enough that X alone, at the top of each run, is at most a ninth of its steps; at a batch of 32
+// (two positions a step), rows of an even width (else a run's last unit, past its end, meets real X with zero
+// dY, and an infinite X makes NaN where the true sum is finite). Against one tap, T = 3 ran 1.17-2.6x faster
+// on nine bf16 layers of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14 (H200,
+// 2026-11-28; docs/benchmarks.md, thirty-second stop).
+inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps) {
+  const TapRunShape shape = tap_run_shape(p.batch, taps);
+  const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
+  const int run_steps = (width + shape.positions - 1) / shape.positions;
+  return p.filter_w >= 2 && !p.strided() && grid.atomic && 8 * shape.reach <= run_steps &&
+         width % shape.positions == 0;
+}
+
+// The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts
+// the one-tap kernel's layers into columns a position or two wide (one-tap tiles do not care), where a T-tap
+// run would copy T - 1 positions of X alone for every one or two it computes; atomic adds let any cut of dY
+// into segments sum into dW, and each tap's sum keeps its terms. So: bands of rows, columns of whole steps,
+// and parts of the batch (boxes of 64 images each), the cut that takes the fewest waves of `sms` tiles of
+// `channels`-wide channel blocks times a tile's steps (and kOverheadSteps for its start and its output).
+// Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each, bands up to 4 x sms.
+inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
+                                int channels = 128) {
+  constexpr int kOverheadSteps = 4, kMaxCuts = 8;
+  const TapRunShape shape = tap_run_shape(p.batch, taps);
+  const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
+  const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
+                                ((p.out_c + channels - 1) / channels) * ((p.in_c + channels - 1) / channels);
+  const int out_h = planned.out_h, region = kernel == 0 ? planned.width0 : planned.out_w - planned.width0;
+  const int most_cols = kernel == 1 ? 1 : out_h == 1 ? kMaxCuts * sms : kMaxCuts;
+  SegmentGrid best = planned;
+  best.bucket_count = 1;
+  double best_cost = -1.0;
+  for (int parts = 1; parts <= chunks && parts <= kMaxCuts; ++parts) {
+    if (chunks % parts != 0) continue;
+    for (int cut = 1; cut <= most_cols && cut <= region; ++cut) {
+      // Whole steps of positions (tap_runs_fit takes even regions only at two positions a step).
+      const int share = (region + cut - 1) / cut, seg_w = (share + positions - 1) / positions * positions;
+      const int cols = (region + seg_w - 1) / seg_w;
+      // Bands of seg_h rows, the bottom one cut at the last row (fewer); more bands than 4 waves of tiles
+      // cannot shorten the work (and would cost host time on tall maps).
+      for (int band_cut = 1; band_cut <= out_h && band_cut <= 4 * sms; ++band_cut) {
+        const int seg_h = (out_h + band_cut - 1) / band_cut, bands = (out_h + seg_h - 1) / seg_h;
+        const long long tiles = (long long)parts * bands * cols * per_segment;
+        const double steps = double(seg_h) * (chunks / parts) * ((seg_w + positions - 1) / positions + reach);
+        const double cost = double((tiles + sms - 1) / sms) * (steps + kOverheadSteps);
+        if (best_cost < 0 || cost < best_cost) {
+          best_cost = cost;
+          best.seg_rows = bands;
+          best.seg_h = seg_h;
+          best.image_parts = parts;
+          if (kernel == 0) best.seg_w = seg_w;
+        }
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace winrs

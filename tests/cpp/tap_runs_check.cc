@@ -1,0 +1,142 @@
+// Host check of the T-tap tiles' index math (cpp/winrs/tap_runs.h; run by tests/test_tap_runs.py): for each
+// layer, the segments tap_run_grid cuts for 1, 3 and 132 SMs, every tile of the TileScheduler, every step's
+// boxes and every MMA's operands (tap_x_place) replayed on coordinates: a K-block of real dY units meets, for
+// tap j, X of the same images, at its row plus the filter row and its column plus the filter column; it reads
+// only steps of its run; and every term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] whose X row lies in
+// the tensor is summed exactly once. Prints what failed and exits 1, or prints the count of layers checked.
+#include <cstdio>
+#include <vector>
+
+#include "winrs/tap_runs.h"
+
+namespace {
+
+using winrs::Problem;
+using winrs::SegmentGrid;
+
+struct Layer {
+  int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
+  int width0 = 0;  // the primary columns' width (0: all of them, no residual column)
+};
+
+int failures = 0;
+
+void fail(const Layer& l, const char* what, int a = 0, int b = 0) {
+  if (++failures <= 20)
+    std::printf("FAILED N=%d %dx%d filter %dx%d pads (%d, %d) width0 %d: %s (%d, %d)\n", l.batch, l.out_h,
+                l.out_w, l.filter_h, l.filter_w, l.pad_top, l.pad_left, l.width0, what, a, b);
+}
+
+// Replays kernel `kernel` of the layer's plan on the T-tap tiles for `sms` SMs, counting terms into `count`.
+void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
+  const int taps = l.filter_w == 2 ? 2 : 3;
+  Problem p{l.batch,
+            l.out_h,
+            l.out_w,
+            128,
+            l.out_h,
+            l.out_w,
+            128,
+            l.filter_h,
+            l.filter_w,
+            l.pad_top,
+            l.filter_h - 1 - l.pad_top,
+            l.pad_left,
+            l.filter_w - 1 - l.pad_left};
+  const int width0 = l.width0 ? l.width0 : l.out_w;
+  // The planner's one-tap cut: columns of one position, all rows in one band (tap_run_grid replaces it).
+  const SegmentGrid planned{l.out_h, l.out_w, 1, l.out_h, 1, width0, 1, true, l.batch, 1};
+  if (!winrs::tap_runs_fit(p, planned, kernel, taps)) return fail(l, "the layer should fit", kernel, taps);
+  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
+  const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128);
+  for (long long index = 0; index < scheduler.count(); ++index) {
+    const winrs::WorkTile work = scheduler.tile(index);
+    const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
+    const winrs::TapRunWalk runs(p, work, walk, taps);
+    const winrs::TapRunShape& shape = runs.shape;
+    if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
+    if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
+    // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
+    // X).
+    if (runs.width % shape.positions != 0) return fail(l, "a run of part of a step", runs.width);
+    for (int s = 0; s < runs.steps; ++s) {
+      if (!runs.computes(s)) continue;
+      const auto st = runs.step(s, walk);
+      for (int sub = 0; sub < winrs::kTapRunUnits / winrs::kTapRunBlock; ++sub) {
+        const int q = sub * winrs::kTapRunBlock / shape.images,
+                  first = sub * winrs::kTapRunBlock % shape.images;
+        const int grad_image = runs.grad_image(st, q), ow = runs.grad_col(st, q, walk);
+        for (int j = 0; j < runs.taps; ++j) {
+          const winrs::TapXPlace at = winrs::tap_x_place(taps, shape.positions, sub, j);
+          if (at.back < 0 || at.back > shape.reach || (s - at.back) / runs.run_steps != s / runs.run_steps)
+            return fail(l, "X from outside the run", s, at.back);
+          const auto from = runs.step(s - at.back, walk);
+          const int x_q = at.row / shape.images, x_image = from.image + at.row % shape.images;
+          const int x_col = runs.x_col(from, x_q, walk), x_row = runs.x_row(from);
+          if (grad_image >= l.batch) continue;  // units past the run: zero dY
+          const int n = grad_image + first, fw = work.f0 + j;
+          if (x_image != n) return fail(l, "X's images", x_image, n);
+          if (x_row != st.oh + work.fh - l.pad_top) return fail(l, "X's row", x_row, st.oh);
+          if (x_col != ow + fw - l.pad_left) return fail(l, "X's column", x_col, ow + fw - l.pad_left);
+          if (ow < 0 || ow >= l.out_w) return fail(l, "dY's column", ow);
+          for (int i = 0; i < winrs::kTapRunBlock; ++i)
+            ++count[(((long long)(n + i) * l.out_h + st.oh) * l.out_w + ow) * l.filter_h * l.filter_w +
+                    work.fh * l.filter_w + fw];
+        }
+      }
+    }
+  }
+}
+
+void check(const Layer& l) {
+  for (int sms : {1, 3, 132}) {
+    std::vector<int> count((size_t)l.batch * l.out_h * l.out_w * l.filter_h * l.filter_w, 0);
+    replay(l, 0, sms, count);
+    if (l.width0) replay(l, 1, sms, count);
+    for (int n = 0; n < l.batch; ++n)
+      for (int oh = 0; oh < l.out_h; ++oh)
+        for (int ow = 0; ow < l.out_w; ++ow)
+          for (int fh = 0; fh < l.filter_h; ++fh) {
+            const bool real_row = oh + fh - l.pad_top >= 0 && oh + fh - l.pad_top < l.out_h;  // in_h = out_h
+            for (int fw = 0; fw < l.filter_w; ++fw) {
+              const int c = count[(((size_t)n * l.out_h + oh) * l.out_w + ow) * l.filter_h * l.filter_w +
+                                  fh * l.filter_w + fw];
+              if (c != (real_row ? 1 : 0)) return fail(l, "a term summed other than once", c, sms);
+            }
+          }
+  }
+}
+
+}  // namespace
+
+int main() {
+  int layers = 0;
+  for (int batch : {32, 64, 128, 192})
+    for (int filter_w : {2, 3, 4, 5, 7})
+      for (int out_w : {16, 17, 20, 34, 40})
+        for (int pad_left : {0, 1, filter_w - 1}) {
+          const int taps = filter_w == 2 ? 2 : 3, positions = batch < 64 ? 64 / batch : 1;
+          if (out_w % positions != 0 || 8 * ((taps - 1 + positions - 1) / positions) > out_w / positions)
+            continue;
+          ++layers;
+          check(Layer{batch, 3, out_w, 3, filter_w, 1, pad_left});
+          check(Layer{batch, 1, out_w, 1, filter_w, 0, pad_left});  // a 1D layer: columns cut by SMs
+        }
+  // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
+  for (int batch : {32, 64}) {
+    ++layers;
+    check(Layer{batch, 2, 38, 3, 3, 1, 1, 20});
+  }
+  // A layer that must not fit: a batch of 32 on rows of an odd width.
+  const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1};
+  if (winrs::tap_runs_fit(odd, SegmentGrid{2, 33, 1, 2, 1, 33, 1, true, 32, 1}, 0, 3)) {
+    std::printf("FAILED: a batch of 32 on rows of 33 positions fits\n");
+    ++failures;
+  }
+  if (failures) {
+    std::printf("%d failures\n", failures);
+    return 1;
+  }
+  std::printf("%d layers checked\n", layers);
+  return 0;
+}

@@ -1,0 +1,33 @@
+"""The index math of the persistent block's T-tap tiles (cpp/winrs/tap_runs.h), checked on the host: every
+MMA's operands replayed on coordinates, over batches, filter widths, row widths, paddings and SM counts
+(tests/cpp/tap_runs_check.cc), compiled here with the C++ compiler that built the package. The kernels
+themselves run in test_gpu.py and tools/kernel_check.cu."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compiler() -> str | None:
+    return next((found for name in ("c++", "g++", "clang++") if (found := shutil.which(name))), None)
+
+
+SOURCES = (ROOT / "cpp" / "winrs").is_dir()
+
+
+@pytest.mark.skipif(_compiler() is None or not SOURCES, reason="needs a C++ compiler and the sources")
+def test_tap_run_tiles_sum_every_term_once(tmp_path: Path) -> None:
+    """Each term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] of a real X row is summed exactly once, each
+    MMA meets X of its own images, row and column, reads steps of its own run only, and no step mixes real units
+    with units past a run's end; a batch of 32 on odd rows does not fit."""
+    binary = tmp_path / "tap_runs_check"
+    source = ROOT / "tests" / "cpp" / "tap_runs_check.cc"
+    subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],
+                   check=True)  # fmt: skip
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "layers checked" in result.stdout
