@@ -39,7 +39,7 @@ __device__ __forceinline__ void transform_store(const Channels<P, T> (&raw)[N], 
   static_assert(!pairs || P % 2 == 0);
   constexpr int words = pairs ? P / 2 : P;
   uint32_t rows[C::alpha][words];
-  auto column = [&](auto q, float(&out)[C::alpha]) {
+  auto column = [&](auto q, float (&out)[C::alpha]) {
     float in[Cols];
     static_for<0, Cols>([&](auto e) { in[e] = raw[e][decltype(q)::value]; });
     transform(in, out);
