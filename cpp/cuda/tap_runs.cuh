@@ -15,10 +15,9 @@ namespace winrs::cuda {
 template <class C>
 struct TapRuns : TapRunWalk {
   static_assert(C::copy_units == kTapRunUnits && C::K == kTapRunBlock);
-  int positions, reach;  // per step, and steps of X alone at the top of a run (the kernel's names)
 
   __device__ TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
-      : TapRunWalk(p, work, walk, C::taps), positions(shape.positions), reach(shape.reach) {}
+      : TapRunWalk(p, work, walk, C::taps) {}
 
   // The bytes that complete step s's `full` barrier (boxes outside the tensor count whole, as zeros).
   __device__ uint32_t bytes(int s) const {
@@ -30,7 +29,7 @@ struct TapRuns : TapRunWalk {
                         typename C::Smem* stage, uint64_t* bar, int s) const {
     const Step st = step(s, walk);
     for (int q = 0; q < positions; ++q) {
-      const int row = q * shape.images * C::panel_channels;  // the box's first row (unit) in a panel
+      const int row = q * images * C::panel_channels;  // the box's first row (unit) in a panel
 #pragma unroll
       for (int panel = 0; panel < C::input_panels; ++panel)
         tma_load_4d(stage + C::input_base + panel * C::panel_elems + row, &args.input_map, bar,

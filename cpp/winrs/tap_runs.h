@@ -38,18 +38,17 @@ WINRS_HD inline TapRunShape tap_run_shape(long long batch, int taps) {
 }
 
 // One tile's runs: its steps, and the boxes of each.
-struct TapRunWalk {
-  TapRunShape shape;
+struct TapRunWalk : TapRunShape {
   int width, run_steps, steps;
   int row_offset, col_offset;
   int taps;     // filter columns of this tile (fewer than T in the filter's last tile)
   int outside;  // an image past the batch: dY boxes there read as zeros
 
   WINRS_HD TapRunWalk(const Problem& p, const WorkTile& work, const UnitWalk& walk, int tile_taps)
-      : shape(tap_run_shape(walk.batch, tile_taps)) {
+      : TapRunShape(tap_run_shape(walk.batch, tile_taps)) {
     width = walk.units_per_row;
-    run_steps = shape.reach + (width + shape.positions - 1) / shape.positions;
-    steps = walk.rows * shape.chunks * run_steps;
+    run_steps = reach + (width + positions - 1) / positions;
+    steps = walk.rows * chunks * run_steps;
     row_offset = work.fh - int(p.pad_top);
     col_offset = work.f0 - int(p.pad_left);
     taps = int(p.filter_w) - work.f0 < tile_taps ? int(p.filter_w) - work.f0 : tile_taps;
@@ -57,7 +56,7 @@ struct TapRunWalk {
   }
 
   // Whether step s has dY (and MMAs).
-  WINRS_HD bool computes(int s) const { return s % run_steps >= shape.reach; }
+  WINRS_HD bool computes(int s) const { return s % run_steps >= reach; }
 
   // Step s: its dY row, its run's first image and its place k in the run.
   struct Step {
@@ -65,17 +64,16 @@ struct TapRunWalk {
   };
   WINRS_HD Step step(int s, const UnitWalk& walk) const {
     const int run = s / run_steps;
-    return Step{walk.row_begin + run / shape.chunks, walk.image0 + run % shape.chunks * shape.images,
-                s % run_steps};
+    return Step{walk.row_begin + run / chunks, walk.image0 + run % chunks * images, s % run_steps};
   }
   // X's box of the step's position q: column and row (its images from the step's image).
   WINRS_HD int x_col(const Step& st, int q, const UnitWalk& walk) const {
-    return walk.w_begin + st.k * shape.positions + q + col_offset;
+    return walk.w_begin + st.k * positions + q + col_offset;
   }
   WINRS_HD int x_row(const Step& st) const { return st.oh + row_offset; }
   // dY's box of the step's unit position q (from k = reach): column, and its first image, `outside` past the
   // run's end.
-  WINRS_HD int grad_unit(const Step& st, int q) const { return (st.k - shape.reach) * shape.positions + q; }
+  WINRS_HD int grad_unit(const Step& st, int q) const { return (st.k - reach) * positions + q; }
   WINRS_HD int grad_col(const Step& st, int q, const UnitWalk& walk) const {
     return walk.w_begin + grad_unit(st, q);
   }

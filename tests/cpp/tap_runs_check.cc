@@ -53,7 +53,7 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
     const winrs::WorkTile work = scheduler.tile(index);
     const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
     const winrs::TapRunWalk runs(p, work, walk, taps);
-    const winrs::TapRunShape& shape = runs.shape;
+    const winrs::TapRunShape& shape = runs;
     if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
     if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
     // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
