@@ -122,6 +122,17 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t 
 // asynchronous MMAs that use it.
 __device__ __forceinline__ void pin_register(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void pin_register(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+// Every accumulator of a fragment array, after the wait for the MMAs that write them.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) pin_register(acc[i]);
+}
+template <int M, int N>
+__device__ __forceinline__ void pin_registers(float (&acc)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) pin_registers(acc[i]);
+}
 
 // The X and dY copies of this thread (cp.async, generic proxy) visible to wgmma's reads (async proxy); before
 // the barrier that publishes them.
@@ -241,8 +252,7 @@ struct WgmmaGemm : WgmmaRows<C> {
   template <int Pending>
   __device__ void retire() {
     wgmma_wait<Pending>();
-#pragma unroll
-    for (int i = 0; i < 64; ++i) pin_register(acc[i]);
+    pin_registers(acc);
   }
 
   template <int Round>

@@ -146,8 +146,7 @@ struct WgmmaTapsGemm : WgmmaRows<C> {
     if (sub == C::copy_substeps - 1) {
       wgmma_commit();
       wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < C::taps * panel_acc; ++i) pin_register(acc[i]);
+      pin_registers(acc);
 #pragma unroll
       for (int s = 0; s < C::copy_substeps; ++s)
 #pragma unroll

@@ -126,8 +126,7 @@ struct WgmmaWideNGemm {
   template <int Pending>
   __device__ void retire() {
     wgmma_wait<Pending>();
-#pragma unroll
-    for (int i = 0; i < accumulators; ++i) pin_register(acc[i]);
+    pin_registers(acc);
   }
 };
 
@@ -193,10 +192,7 @@ struct WgmmaTapRunsGemm {
   template <int Pending>
   __device__ void retire() {
     wgmma_wait<Pending>();
-#pragma unroll
-    for (int j = 0; j < C::taps; ++j)
-#pragma unroll
-      for (int i = 0; i < 64; ++i) pin_register(acc[j][i]);
+    pin_registers(acc);
   }
 };
 

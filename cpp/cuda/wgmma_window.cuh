@@ -190,10 +190,7 @@ struct WgmmaWindowGemm : WgmmaRows<C> {
     pin();
   }
 
-  __device__ void pin() {
-#pragma unroll
-    for (int j = 0; j < C::taps * panel_acc; ++j) pin_register(acc[j]);
-  }
+  __device__ void pin() { pin_registers(acc); }
 
   template <int Round>
   __device__ void stage_round(float* out) const {
