@@ -4,7 +4,9 @@ experiment's own) set to each value in turn, rounds interleaved, beside XLA's; w
 values are identical, and close. A variable the planner reads (PLAN_TIME) gives each value its own program,
 traced and planned with it set (the handler plans again at each call, with the value set for the call).
 
-python tools/ab_env.py VAR VALUE_A VALUE_B DTYPE SHAPE...   # shapes in bench's form, e.g. 32:56:256:3
+python tools/ab_env.py VAR VALUE_A VALUE_B [VALUE_C ...] DTYPE SHAPE...   # shapes in bench's form, e.g. 32:56:256:3
+
+Results are compared with VALUE_A's: "same" and "close" for VALUE_B, and "close_<value>" for each further one.
 
 VAR DETERMINISTIC (values 1 and 0) sets PlannerOptions.deterministic instead: each value its own program.
 """
@@ -22,7 +24,7 @@ import numpy as np
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer="
 
 from winrs_jax import choice, planner
-from winrs_jax.bench.suite import WINRS, Shape, _compiled, _filter_grads, time_ms
+from winrs_jax.bench.suite import DTYPES, WINRS, Shape, _compiled, _filter_grads, time_ms
 
 PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "DETERMINISTIC"}
 
@@ -56,13 +58,17 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
                 results[value] = np.asarray(compiled_by_value.get(value, compiled_by_value[values[0]])(x, dy),
                                             np.float32)  # fmt: skip
             times["xla"].append(time_ms(xla, 3, 0) / per_call)
-        same = bool(np.array_equal(results[values[0]], results[values[1]]))
-        close = bool(np.allclose(results[values[0]], results[values[1]], rtol=1e-2, atol=1e-3))
-        row = {"layer": str(shape), "dtype": dtype_name, "var": var, "same": same, "close": close}
+        base = results[values[0]]
+        close = {v: bool(np.allclose(base, results[v], rtol=1e-2, atol=1e-3)) for v in values[1:]}
+        same = bool(np.array_equal(base, results[values[1]]))
+        row = {"layer": str(shape), "dtype": dtype_name, "var": var, "same": same, "close": close[values[1]]}
+        row |= {f"close_{v}": close[v] for v in values[2:]}
         row |= {f"{name}_ms": statistics.median(t) for name, t in times.items()}
         row["flops"] = shape.flops
         print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:4], sys.argv[4], sys.argv[5:])
+    args = sys.argv[2:]
+    at = next(i for i, a in enumerate(args) if a in DTYPES)  # the values end at the dtype
+    main(sys.argv[1], args[:at], args[at], args[at + 1 :])

@@ -142,6 +142,9 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
     const WorkTile work = scheduler.tile(index);
     const Steps plan(p, work, walk_of(work));
+    // A warpgroup whose 64 output channels all lie past the tensor (the last block of 192 channels) would
+    // multiply dY's zeros: it only waits and releases.
+    const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);
     gemm.init(tid);
     for (int s = 0; s < plan.steps; ++s, ++g) {
       const int current = g % stages;
@@ -149,11 +152,11 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       const auto slot = [&](int back) {  // back: a constant of the MMAs' code
         return smem + (current >= back ? current - back : current - back + stages) * step_elems;
       };
-      if (plan.computes(s)) {
+      if (plan.computes(s) && !idle) {
         gemm.run(slot, plan);
       } else {
         wgmma_fence();   // (else ptxas injects one, warning C7519)
-        wgmma_commit();  // X alone (the top of a tap run): an empty group keeps the count uniform
+        wgmma_commit();  // X alone (the top of a tap run), or idle: an empty group keeps the count uniform
       }
       gemm.template retire<1>();  // the previous step's MMAs are done: the buffer `reach` before it is free
       release_through(g - 1 - plan.reach);
@@ -180,15 +183,18 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 // kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit
 // (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
 // pair up (no more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves
-// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them).
+// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); WINRS_JAX_TAP_RUNS=2 drops the rule's
+// row length (to measure where it should lie).
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
-  const auto off = [](const char* name) {
-    const char* flag = std::getenv(name);
-    return flag && flag[0] == '0';
+  const auto flag = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value ? value[0] : '\0';
   };
-  if (off("WINRS_JAX_PERSISTENT")) return 0;
+  if (flag("WINRS_JAX_PERSISTENT") == '0') return 0;
   const int taps = p.filter_w == 2 ? 2 : 3;
-  if (tap_runs_fit(p, grid, kernel, taps) && !off("WINRS_JAX_TAP_RUNS")) return taps;
+  const char tap_runs = flag("WINRS_JAX_TAP_RUNS");
+  const int steps_per_x_step = tap_runs == '2' ? 0 : kTapRunStepsPerXStep;
+  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, taps, steps_per_x_step)) return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
@@ -214,8 +220,12 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
     sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
   OmegaArgs args = mapped;
-  if constexpr (C::taps > 1)
-    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN);
+  if constexpr (C::taps > 1) {
+    // WINRS_JAX_TAP_RUN_OVERHEAD: the grid's cost of a tile's start and output, in steps (an experiment's).
+    const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
+    const int overhead_steps = overhead && std::atoi(overhead) > 0 ? std::atoi(overhead) : kTapRunOverheadSteps;
+    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
+  }
   const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));

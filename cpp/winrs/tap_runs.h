@@ -103,11 +103,15 @@ WINRS_HD constexpr TapXPlace tap_x_place(int taps, int positions, int sub, int j
 // dY, and an infinite X makes NaN where the true sum is finite). Against one tap, T = 3 ran 1.17-2.6x faster
 // on nine bf16 layers of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14 (H200,
 // 2026-11-28; docs/benchmarks.md, thirty-second stop).
-inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps) {
+// `steps_per_x_step` (8 by default) is that length rule; 0 drops it (an experiment's switch:
+// WINRS_JAX_TAP_RUNS=2).
+inline constexpr int kTapRunStepsPerXStep = 8;
+inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps,
+                         int steps_per_x_step = kTapRunStepsPerXStep) {
   const TapRunShape shape = tap_run_shape(p.batch, taps);
   const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
   const int run_steps = (width + shape.positions - 1) / shape.positions;
-  return p.filter_w >= 2 && !p.strided() && grid.atomic && 8 * shape.reach <= run_steps &&
+  return p.filter_w >= 2 && !p.strided() && grid.atomic && steps_per_x_step * shape.reach <= run_steps &&
          width % shape.positions == 0;
 }
 
@@ -116,11 +120,13 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 // run would copy T - 1 positions of X alone for every one or two it computes; atomic adds let any cut of dY
 // into segments sum into dW, and each tap's sum keeps its terms. So: bands of rows, columns of whole steps,
 // and parts of the batch (boxes of 64 images each), the cut that takes the fewest waves of `sms` tiles of
-// `channels`-wide channel blocks times a tile's steps (and kOverheadSteps for its start and its output).
+// `channels`-wide channel blocks times a tile's steps (and overhead_steps for its start and its output).
 // Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each, bands up to 4 x sms.
+// `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an experiment (WINRS_JAX_TAP_RUN_OVERHEAD).
+inline constexpr int kTapRunOverheadSteps = 4;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
-                                int channels = 128) {
-  constexpr int kOverheadSteps = 4, kMaxCuts = 8;
+                                int channels = 128, int overhead_steps = kTapRunOverheadSteps) {
+  constexpr int kMaxCuts = 8;
   const TapRunShape shape = tap_run_shape(p.batch, taps);
   const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
   const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
@@ -142,7 +148,7 @@ inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, in
         const int seg_h = (out_h + band_cut - 1) / band_cut, bands = (out_h + seg_h - 1) / seg_h;
         const long long tiles = (long long)parts * bands * cols * per_segment;
         const double steps = double(seg_h) * (chunks / parts) * ((seg_w + positions - 1) / positions + reach);
-        const double cost = double((tiles + sms - 1) / sms) * (steps + kOverheadSteps);
+        const double cost = double((tiles + sms - 1) / sms) * (steps + overhead_steps);
         if (best_cost < 0 || cost < best_cost) {
           best_cost = cost;
           best.seg_rows = bands;
