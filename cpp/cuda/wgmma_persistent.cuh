@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 // kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit
 // (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
 // pair up (no more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves
-// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); WINRS_JAX_TAP_RUNS=2 drops the rule's
-// row length (to measure where it should lie).
+// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); WINRS_JAX_TAP_RUNS=2 drops the
+// rule's row length (to measure where it should lie).
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
   const auto flag = [](const char* name) {
     const char* value = std::getenv(name);
@@ -223,7 +223,8 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   if constexpr (C::taps > 1) {
     // WINRS_JAX_TAP_RUN_OVERHEAD: the grid's cost of a tile's start and output, in steps (an experiment's).
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
-    const int overhead_steps = overhead && std::atoi(overhead) > 0 ? std::atoi(overhead) : kTapRunOverheadSteps;
+    const int overhead_steps =
+        overhead && std::atoi(overhead) > 0 ? std::atoi(overhead) : kTapRunOverheadSteps;
     args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
   }
   const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
