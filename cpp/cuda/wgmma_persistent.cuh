@@ -193,8 +193,7 @@ inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel
   if (flag("WINRS_JAX_PERSISTENT") == '0') return 0;
   const int taps = p.filter_w == 2 ? 2 : 3;
   const char tap_runs = flag("WINRS_JAX_TAP_RUNS");
-  const int steps_per_x_step = tap_runs == '2' ? 0 : kTapRunStepsPerXStep;
-  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, taps, steps_per_x_step)) return taps;
+  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, taps, tap_runs != '2')) return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 

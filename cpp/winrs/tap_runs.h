@@ -96,21 +96,25 @@ WINRS_HD constexpr TapXPlace tap_x_place(int taps, int positions, int sub, int j
   return TapXPlace{reach - shift / positions, shift % positions * images + first % images};
 }
 
+// How many steps a run needs per step of X alone at its top for the T-tap tiles to pay: 7, or 8 where the
+// filter's last tile has one tap (3k + 1 columns: that tile copies a full step for a third of the MMAs).
+// Against one tap, T = 3 ran 1.17-2.6x faster on nine bf16 layers of rows from 17 to 16000 positions
+// (thirty-second stop), and at 7-7.5 steps per step of X alone 1.45x (3x3 32:14:1024), 1.32x (3x3 128:15:256)
+// and 0.98x (3x3 128:14:256), where a 7x7 filter (3 + 3 + 1 columns; 64:14:256) ran 0.92x and at 3.5 (3x3
+// 128:7:512) 0.92x (H200, 2026-11-28; docs/benchmarks.md, thirty-third stop).
+inline int tap_run_steps_per_x_step(int filter_w, int taps) { return taps == 3 && filter_w % 3 == 1 ? 8 : 7; }
+
 // Whether the T-tap tiles take kernel `kernel` (0: the primary columns, 1: the residual column) of a plan:
 // atomic sums (the tiles cut segments of their own: tap_run_grid), unstrided, filters at least two wide, and
-// rows long enough that X alone, at the top of each run, is at most a ninth of its steps; at a batch of 32
-// (two positions a step), rows of an even width (else a run's last unit, past its end, meets real X with zero
-// dY, and an infinite X makes NaN where the true sum is finite). Against one tap, T = 3 ran 1.17-2.6x faster
-// on nine bf16 layers of rows from 17 to 16000 positions and 0.87-0.93x on three of 7 and 14 (H200,
-// 2026-11-28; docs/benchmarks.md, thirty-second stop).
-// `steps_per_x_step` (8 by default) is that length rule; 0 drops it (an experiment's switch:
-// WINRS_JAX_TAP_RUNS=2).
-inline constexpr int kTapRunStepsPerXStep = 8;
+// rows long enough (tap_run_steps_per_x_step; `length_rule` false drops it, an experiment's switch:
+// WINRS_JAX_TAP_RUNS=2); at a batch of 32 (two positions a step), rows of an even width (else a run's last
+// unit, past its end, meets real X with zero dY, and an infinite X makes NaN where the true sum is finite).
 inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps,
-                         int steps_per_x_step = kTapRunStepsPerXStep) {
+                         bool length_rule = true) {
   const TapRunShape shape = tap_run_shape(p.batch, taps);
   const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
   const int run_steps = (width + shape.positions - 1) / shape.positions;
+  const int steps_per_x_step = length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps) : 0;
   return p.filter_w >= 2 && !p.strided() && grid.atomic && steps_per_x_step * shape.reach <= run_steps &&
          width % shape.positions == 0;
 }

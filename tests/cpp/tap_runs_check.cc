@@ -113,10 +113,12 @@ int main() {
   int layers = 0;
   for (int batch : {32, 64, 128, 192})
     for (int filter_w : {2, 3, 4, 5, 7})
-      for (int out_w : {16, 17, 20, 34, 40})
+      for (int out_w : {14, 15, 16, 17, 20, 34, 40})
         for (int pad_left : {0, 1, filter_w - 1}) {
           const int taps = filter_w == 2 ? 2 : 3, positions = batch < 64 ? 64 / batch : 1;
-          if (out_w % positions != 0 || 8 * ((taps - 1 + positions - 1) / positions) > out_w / positions)
+          const int reach = (taps - 1 + positions - 1) / positions;
+          if (out_w % positions != 0 ||
+              winrs::tap_run_steps_per_x_step(filter_w, taps) * reach > out_w / positions)
             continue;
           ++layers;
           check(Layer{batch, 3, out_w, 3, filter_w, 1, pad_left});
