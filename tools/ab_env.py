@@ -70,5 +70,9 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
 
 if __name__ == "__main__":
     args = sys.argv[2:]
-    at = next(i for i, a in enumerate(args) if a in DTYPES)  # the values end at the dtype
+    at = next((i for i, a in enumerate(args) if a in DTYPES), None)  # the values end at the dtype
+    if at is None or at < 2:
+        sys.exit(
+            f"usage: ab_env.py VAR VALUE_A VALUE_B [VALUE ...] DTYPE SHAPE... (DTYPE one of {', '.join(DTYPES)})"
+        )
     main(sys.argv[1], args[:at], args[at], args[at + 1 :])

@@ -7,7 +7,8 @@
 // the consumers, each 64 output channels of the tile; a step's MMAs read its buffer and, for T taps, the
 // `reach` buffers before it, so a warp releases a buffer once the MMAs of the step `reach` steps after it are
 // done (one step later than they were issued, as tma_main_loop). They write a tile's output straight from the
-// accumulator fragments (float2 stores or atomics), with write_round's bucket and atomic semantics.
+// accumulator fragments (float2 stores or atomics, or float4 atomics), with write_round's bucket and atomic
+// semantics.
 //
 // One tap on 128 x 256 channels against the 128 x 128 block of one tile (two blocks per SM): 1.01-1.23x
 // faster on ten bf16 layers (H100, 2026-11-24; docs/benchmarks.md, nineteenth stop). The same persistent
@@ -22,6 +23,7 @@
 // only ever wait for blocks dispatched before them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -93,7 +95,8 @@ __device__ __forceinline__ void add_fragment_by_fours(const float* acc, float* d
   const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
   const int g = lane >> 2, t = lane & 3, odd = t & 1;
   const int oc = work.oc0 + 16 * warp + 8 * odd + g;
-  float* row = dw + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + work.ic0 + 2 * (t - odd);
+  const long long row =
+      ((long long)(oc * filter_h + work.fh) * filter_w + work.f0) * in_c + work.ic0 + 2 * (t - odd);
 #pragma unroll
   for (int j = 0; j < Accumulators / 4; ++j) {
     if (work.ic0 + 8 * j >= in_c) break;
@@ -105,7 +108,7 @@ __device__ __forceinline__ void add_fragment_by_fours(const float* acc, float* d
                          : make_float4(acc[4 * j], acc[4 * j + 1], got_x, got_y);
     if (oc < out_c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float4*>(row + 8 * j), v);
+      atomicAdd(reinterpret_cast<float4*>(dw + row + 8 * j), v);
 #endif
     }
   }
@@ -171,8 +174,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
     const WorkTile work = scheduler.tile(index);
     const Steps plan(p, work, walk_of(work));
-    // A warpgroup whose 64 output channels all lie past the tensor (the last block of 192 channels) would
-    // multiply dY's zeros: it only waits and releases.
+    // A warpgroup whose 64 output channels all lie past the tensor (a last block of 1-64 channels, as in 192
+    // or 136) would multiply dY's zeros: it only waits and releases.
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);
     gemm.init(tid);
     for (int s = 0; s < plan.steps; ++s, ++g) {
@@ -260,7 +263,7 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
     // WINRS_JAX_TAP_RUN_OVERHEAD: the grid's cost of a tile's start and output, in steps (an experiment's).
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =
-        overhead && std::atoi(overhead) > 0 ? std::atoi(overhead) : kTapRunOverheadSteps;
+        overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
     args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
   }
   const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();

@@ -16,7 +16,8 @@ using winrs::SegmentGrid;
 
 struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
-  int width0 = 0;  // the primary columns' width (0: all of them, no residual column)
+  int width0 = 0;           // the primary columns' width (0: all of them, no residual column)
+  bool length_rule = true;  // false: as under WINRS_JAX_TAP_RUNS=2 (rows of any length)
 };
 
 int failures = 0;
@@ -46,7 +47,8 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   const int width0 = l.width0 ? l.width0 : l.out_w;
   // The planner's one-tap cut: columns of one position, all rows in one band (tap_run_grid replaces it).
   const SegmentGrid planned{l.out_h, l.out_w, 1, l.out_h, 1, width0, 1, true, l.batch, 1};
-  if (!winrs::tap_runs_fit(p, planned, kernel, taps)) return fail(l, "the layer should fit", kernel, taps);
+  if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.length_rule))
+    return fail(l, "the layer should fit", kernel, taps);
   const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
   const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128);
   for (long long index = 0; index < scheduler.count(); ++index) {
@@ -124,6 +126,16 @@ int main() {
           check(Layer{batch, 3, out_w, 3, filter_w, 1, pad_left});
           check(Layer{batch, 1, out_w, 1, filter_w, 0, pad_left});  // a 1D layer: columns cut by SMs
         }
+  // Rows of any length, as the experiment switch WINRS_JAX_TAP_RUNS=2 runs them (runs shorter than their
+  // steps of X alone).
+  for (int batch : {32, 64, 128})
+    for (int filter_w : {2, 3, 4, 7})
+      for (int out_w = 2; out_w <= 13; out_w += batch == 32 ? 2 : 1) {
+        ++layers;
+        Layer l{batch, 2, out_w, 3, filter_w, 1, filter_w / 2};
+        l.length_rule = false;
+        check(l);
+      }
   // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
   for (int batch : {32, 64}) {
     ++layers;
