@@ -48,6 +48,11 @@ using PersistentSteps = std::conditional_t<C::taps == 1, PixelSteps<C>, TapRuns<
 template <class C>
 using PersistentGemm = std::conditional_t<C::taps == 1, WgmmaWideNGemm<C>, WgmmaTapRunsGemm<C>>;
 
+// dW's element of output channel oc at the tile's filter row and column and its first input channel.
+__device__ __forceinline__ long long tile_offset(const Problem& p, const WorkTile& work, int oc) {
+  return ((long long)(oc * int(p.filter_h) + work.fh) * int(p.filter_w) + work.f0) * int(p.in_c) + work.ic0;
+}
+
 // Writes a consumer thread's accumulators of one filter column (the wgmma fragment: rows 16 w + lane / 4 (+
 // 8) of the tile, columns 8 j + 2 (lane % 4) and the next) into the tile's bucket: stores, adds (the residual
 // column's kernel, after the primary one's), or atomic adds into the zeroed dW. Input channels come in
@@ -56,13 +61,13 @@ template <int Accumulators>
 __device__ __forceinline__ void write_fragment(const float* acc, float* bucket, const Problem& p,
                                                const WorkTile& work, int warp, int lane, bool atomic,
                                                bool accumulate) {
-  const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
+  const int out_c = int(p.out_c), in_c = int(p.in_c);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int oc = work.oc0 + 16 * warp + 8 * h + g;
     if (oc >= out_c) continue;
-    float* row = bucket + ((oc * filter_h + work.fh) * filter_w + work.f0) * in_c + work.ic0 + 2 * t;
+    float* row = bucket + tile_offset(p, work, oc) + 2 * t;
 #pragma unroll
     for (int j = 0; j < Accumulators / 4; ++j) {
       if (work.ic0 + 8 * j + 2 * t >= in_c) break;
@@ -92,11 +97,10 @@ __device__ __forceinline__ void write_fragment(const float* acc, float* bucket, 
 template <int Accumulators>
 __device__ __forceinline__ void add_fragment_by_fours(const float* acc, float* dw, const Problem& p,
                                                       const WorkTile& work, int warp, int lane) {
-  const int out_c = int(p.out_c), in_c = int(p.in_c), filter_h = int(p.filter_h), filter_w = int(p.filter_w);
+  const int out_c = int(p.out_c), in_c = int(p.in_c);
   const int g = lane >> 2, t = lane & 3, odd = t & 1;
   const int oc = work.oc0 + 16 * warp + 8 * odd + g;
-  const long long row =
-      ((long long)(oc * filter_h + work.fh) * filter_w + work.f0) * in_c + work.ic0 + 2 * (t - odd);
+  const long long row = tile_offset(p, work, oc) + 2 * (t - odd);
 #pragma unroll
   for (int j = 0; j < Accumulators / 4; ++j) {
     if (work.ic0 + 8 * j >= in_c) break;
