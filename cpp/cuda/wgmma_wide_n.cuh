@@ -88,6 +88,18 @@ __device__ __forceinline__ void raise_registers() {
 #endif
 }
 
+// The wgmma descriptor of a WgmmaWideNConfig panel's rows from `at` (rows of 128 bytes, in groups of 8).
+template <class C>
+__device__ __forceinline__ uint64_t panel_descriptor(const typename C::Smem* at) {
+  constexpr uint32_t sbo = 8 * 128;
+  return wgmma_descriptor(at, C::panel_bytes, sbo);
+}
+// A step's dY rows of K-block `sub` for consumer warp `warp`'s warpgroup: the MMAs' A operand.
+template <class C>
+__device__ __forceinline__ uint64_t grad_descriptor(const typename C::Smem* step, int warp, int sub) {
+  return panel_descriptor<C>(step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels);
+}
+
 // The GEMM policies of WgmmaWideNConfig: consumer warpgroup g accumulates output channels 64 g .. 64 g + 63;
 // consumer warp w holds rows 16 w .. 16 w + 15 (WgmmaGemm's fragment, column groups of 8). run() takes a step
 // whose buffer, and those `back` steps before it, slot(back) returns.
@@ -114,11 +126,8 @@ struct WgmmaWideNGemm {
     const Smem* step = slot(0);
     static_for<0, C::copy_substeps>([&](auto s) {
       constexpr int sub = decltype(s)::value;
-      const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
       const Smem* b = step + C::input_base + sub * C::K * C::panel_channels;
-      constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
-      wgmma_m64n256k16<C::operand>(acc, wgmma_descriptor(a, C::panel_bytes, sbo),
-                                   wgmma_descriptor(b, C::panel_bytes, sbo));
+      wgmma_m64n256k16<C::operand>(acc, grad_descriptor<C>(step, warp, sub), panel_descriptor<C>(b));
     });
     wgmma_commit();
   }
@@ -176,14 +185,11 @@ struct WgmmaTapRunsGemm {
     const Smem* step = slot(0);
     static_for<0, C::copy_substeps>([&](auto s) {
       constexpr int sub = decltype(s)::value;
-      const Smem* a = step + warp / 4 * C::panel_elems + sub * C::K * C::panel_channels;
-      constexpr uint32_t sbo = 8 * 128;  // 8 rows of 128 bytes
-      const uint64_t a_desc = wgmma_descriptor(a, C::panel_bytes, sbo);
+      const uint64_t a_desc = grad_descriptor<C>(step, warp, sub);
       static_for<0, Taps>([&](auto t) {
         constexpr typename Steps::XPlace x = Steps::template x_of<Positions>(sub, decltype(t)::value);
         const Smem* b = slot(x.back) + C::input_base + x.row * C::panel_channels;
-        wgmma_m64n128k16<C::operand>(acc[decltype(t)::value], a_desc,
-                                     wgmma_descriptor(b, C::panel_bytes, sbo));
+        wgmma_m64n128k16<C::operand>(acc[decltype(t)::value], a_desc, panel_descriptor<C>(b));
       });
     });
     wgmma_commit();
