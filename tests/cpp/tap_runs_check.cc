@@ -141,6 +141,17 @@ int main() {
     ++layers;
     check(Layer{batch, 2, 38, 3, 3, 1, 1, 20});
   }
+  // The row-length rule (tap_run_steps_per_x_step): 7 steps per step of X alone, 8 for filters 3k + 1 wide.
+  const auto fits = [](int batch, int width, int filter_w) {
+    const Problem p{
+        batch, 2, width, 128, 2, width, 128, 3, filter_w, 1, 1, filter_w / 2, filter_w - 1 - filter_w / 2};
+    return winrs::tap_runs_fit(p, SegmentGrid{2, width, 1, 2, 1, width, 1, true, batch, 1}, 0, 3);
+  };
+  if (!fits(32, 14, 3) || !fits(128, 14, 3) || fits(128, 13, 3) || fits(32, 12, 3) || fits(64, 14, 7) ||
+      !fits(64, 16, 7) || fits(64, 15, 4) || !fits(64, 14, 5)) {
+    std::printf("FAILED: the row-length rule\n");
+    ++failures;
+  }
   // A layer that must not fit: a batch of 32 on rows of an odd width.
   const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1};
   if (winrs::tap_runs_fit(odd, SegmentGrid{2, 33, 1, 2, 1, 33, 1, true, 32, 1}, 0, 3)) {
