@@ -7,8 +7,8 @@ convolution, then the gradients of X and of the filter, as jax.grad of a loss gi
 lax.conv_general_dilated; with winrs_jax.conv in auto mode and an empty decision cache (the measured choice
 runs inside the trace); and with winrs_jax.conv again on the cache the second process wrote. Each process
 first starts the GPU with a small program, so that what differs is the layer's compile, measurement and first
-run. The same processes time one re-trace (jax.jit(...).trace after jax.clear_caches()). "extra" is auto's time
-less lax's; "choice_s" the part of auto's first step spent in its measurement (choice._measure).
+run. The same processes time re-traces (jax.jit(...).trace after jax.clear_caches(), the median of RETRACES).
+"extra" is auto's time less lax's; "choice_s" the part of auto's first step spent in its measurement (choice._measure).
 
 A process's first step varies by seconds where XLA autotunes and cuDNN compiles (a 7x7 depthwise layer's lax
 step took 14.3-17.9 s on one H200): --runs N repeats the three processes N times, lax's first in odd rounds and
@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+RETRACES = 15
 
 
 def child(impl: str, layer: str, dtype_name: str) -> None:
@@ -70,10 +72,13 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     start = time.perf_counter()
     jax.block_until_ready(jax.jit(step)(x, w, dy))
     first = time.perf_counter() - start
-    jax.clear_caches()
-    start = time.perf_counter()
-    jax.jit(step).trace(x, w, dy)
-    retrace = time.perf_counter() - start
+    retraces = []
+    for _ in range(RETRACES):  # one re-trace varied by milliseconds either way (H200, thirty-first stop)
+        jax.clear_caches()
+        start = time.perf_counter()
+        jax.jit(step).trace(x, w, dy)
+        retraces.append(time.perf_counter() - start)
+    retrace = statistics.median(retraces)
     choice = winrs_jax.plan(x, w, **kwargs).choice if impl != "lax" else ""
     print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice, choice_s=measured[0])))
 
@@ -109,7 +114,15 @@ def main() -> None:
                                   median=medians)), flush=True)  # fmt: skip
 
 
-MEDIANS = ("lax_first_s", "auto_first_s", "extra_s", "choice_s", "cached_first_s", "cached_extra_s")
+MEDIANS = (
+    "lax_first_s",
+    "auto_first_s",
+    "extra_s",
+    "choice_s",
+    "cached_first_s",
+    "cached_extra_s",
+    "retrace_extra_ms",
+)
 
 
 def one_round(layer: str, dtype: str, jit_cache: str, lax_first: bool) -> dict:
