@@ -7,8 +7,10 @@ convolution, then the gradients of X and of the filter, as jax.grad of a loss gi
 lax.conv_general_dilated; with winrs_jax.conv in auto mode and an empty decision cache (the measured choice
 runs inside the trace); and with winrs_jax.conv again on the cache the second process wrote. Each process
 first starts the GPU with a small program, so that what differs is the layer's compile, measurement and first
-run. The same processes time re-traces (jax.jit(...).trace after jax.clear_caches(), the median of RETRACES).
-"extra" is auto's time less lax's; "choice_s" the part of auto's first step spent in its measurement (choice._measure).
+run. The same processes time re-traces (jax.jit(...).trace(...).lower() after jax.clear_caches(), the median of
+RETRACES). "extra" is auto's time less lax's; "choice_s" the part of auto's first step spent in its measurement
+(choice._measure), of which "xla_compile_s" compiling XLA's program (WinRS's compile beside it) and "timing_s"
+the timing; the rest is the inputs, the first runs and waiting for WinRS's compile.
 
 A process's first step varies by seconds where XLA autotunes and cuDNN compiles (a 7x7 depthwise layer's lax
 step took 14.3-17.9 s on one H200): --runs N repeats the three processes N times, lax's first in odd rounds and
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 RETRACES = 15
 
@@ -53,17 +56,22 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     kwargs = dict(window_strides=shape.strides, padding=shape.padding, rhs_dilation=shape.dilations,
                   dimension_numbers=DN[shape.rank], feature_group_count=shape.groups, precision=precision)  # fmt: skip
     conv = lax.conv_general_dilated if impl == "lax" else winrs_jax.conv
-    measured = [0.0]
-    measure = choice_module._measure
+    seconds = dict(choice_s=0.0, xla_compile_s=0.0, timing_s=0.0)
 
-    def timed_measure(*args: object) -> object:
-        start = time.perf_counter()
-        try:
-            return measure(*args)
-        finally:
-            measured[0] += time.perf_counter() - start
+    def timed(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def run(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[name] += time.perf_counter() - start
 
-    choice_module._measure = timed_measure
+        return run
+
+    # The measurement, within it XLA's program's compile (repeated_calls, beside WinRS's compiles) and the timing.
+    choice_module._measure = timed("choice_s", choice_module._measure)
+    choice_module.repeated_calls = timed("xla_compile_s", choice_module.repeated_calls)
+    choice_module._time_all = timed("timing_s", choice_module._time_all)
 
     def loss(x: jax.Array, w: jax.Array, dy: jax.Array) -> jax.Array:
         return jnp.sum(conv(x, w, **kwargs).astype(jnp.float32) * dy.astype(jnp.float32))
@@ -76,11 +84,11 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
     for _ in range(RETRACES):  # one re-trace varied by milliseconds either way (H200, thirty-first stop)
         jax.clear_caches()
         start = time.perf_counter()
-        jax.jit(step).trace(x, w, dy)
+        jax.jit(step).trace(x, w, dy).lower()  # the cached choice is looked up in the lowering
         retraces.append(time.perf_counter() - start)
     retrace = statistics.median(retraces)
     choice = winrs_jax.plan(x, w, **kwargs).choice if impl != "lax" else ""
-    print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice, choice_s=measured[0])))
+    print(json.dumps(dict(first_s=first, retrace_s=retrace, choice=choice, **seconds)))
 
 
 def run(impl: str, layer: str, dtype_name: str, cache: str, jit_cache: str) -> dict:
@@ -119,6 +127,8 @@ MEDIANS = (
     "auto_first_s",
     "extra_s",
     "choice_s",
+    "xla_compile_s",
+    "timing_s",
     "cached_first_s",
     "cached_extra_s",
     "retrace_extra_ms",
@@ -138,7 +148,8 @@ def one_round(layer: str, dtype: str, jit_cache: str, lax_first: bool) -> dict:
     row = dict(
         layer=layer, dtype=dtype, jit_cache=jit_cache, lax_first=lax_first, lax_first_s=round(lax_run["first_s"], 3),
         auto_first_s=round(new["first_s"], 3), extra_s=round(new["first_s"] - lax_run["first_s"], 3),
-        choice_s=round(new["choice_s"], 3), cached_first_s=round(cached["first_s"], 3),
+        choice_s=round(new["choice_s"], 3), xla_compile_s=round(new["xla_compile_s"], 3),
+        timing_s=round(new["timing_s"], 3), cached_first_s=round(cached["first_s"], 3),
         cached_extra_s=round(cached["first_s"] - lax_run["first_s"], 3),
         retrace_extra_ms=round(1e3 * (cached["retrace_s"] - lax_run["retrace_s"]), 2),
         choice=new["choice"].splitlines()[0] if new["choice"] else "",

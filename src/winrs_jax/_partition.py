@@ -9,8 +9,11 @@ by every problem.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -122,6 +125,21 @@ def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
                                      target, layouts)  # fmt: skip
 
 
+# True while a filter gradient is lowered for one device (_primitives' lowering rule): there is nothing to
+# partition, and the FFI call goes in without custom partitioning's wrapper (jax lowers it to its body there),
+# whose tracing took about 0.7 ms of each layer's lowering on a 2-core CPU: issue 8's re-trace budget is 1 ms.
+_ONE_DEVICE: contextvars.ContextVar[bool] = contextvars.ContextVar("winrs_jax_one_device", default=False)
+
+
+@contextlib.contextmanager
+def lowering_for_one_device(one_device: bool) -> Iterator[None]:
+    token = _ONE_DEVICE.set(one_device)
+    try:
+        yield
+    finally:
+        _ONE_DEVICE.reset(token)
+
+
 @functools.partial(custom_partitioning, static_argnums=(2,))
 def _partitioned(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     return _local_filter_grad(x, dy, layer)
@@ -197,7 +215,7 @@ def filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     storage type of layer.path, with layer.stack leading axes of stacked problems."""
     mesh, axes = _explicit_batch_axes(x, layer.stack)
     if mesh is None:
-        return _partitioned(x, dy, layer)
+        return _local_filter_grad(x, dy, layer) if _ONE_DEVICE.get() else _partitioned(x, dy, layer)
     # Explicit axes say where the batch lives at trace time: the same per-device plan and all-reduce, written
     # as a shard_map (custom partitioning's all-reduce does not lower under explicit axes with jax 0.11).
     # Both operands partitioned over the batch alone: dY may come partitioned elsewhere (an output layout CNHW

@@ -172,6 +172,14 @@ def _restacked(aval: Any, stacked: tuple[int, ...], operand: Any) -> Any:
 def _conv_abstract_eval(
     lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, stack: int, out_sharding: Any = None
 ) -> Any:
+    return _conv_aval(lhs, rhs, spec, stack, out_sharding)
+
+
+@functools.lru_cache(maxsize=4096)
+def _conv_aval(lhs: Any, rhs: Any, spec: ConvSpec, stack: int, out_sharding: Any) -> Any:
+    """The result's aval and effects. JAX asks for them four times per call in a training step's gradient (trace,
+    linearize, transpose); lax's shape rule each time took 0.8 of the 2.0 ms that winrs_jax.conv added to a
+    re-trace and lowering on a 2-core CPU (issue 8's budget: 1 ms)."""
     params = _params(spec, lhs, rhs, stack)
     if out_sharding is not None and stack == 0:
         params = dict(params, out_sharding=out_sharding)
@@ -354,7 +362,18 @@ filter_grad_p.def_impl(_filter_grad_impl)
 filter_grad_p.def_abstract_eval(
     lambda x, dy, *, rhs_shape, rhs_dtype, stack, **_: _filter_grad_aval(x, dy, rhs_shape, rhs_dtype, stack)
 )
-mlir.register_lowering(filter_grad_p, mlir.lower_fun(_filter_grad_impl, multiple_results=False))
+_lower_filter_grad_impl = mlir.lower_fun(_filter_grad_impl, multiple_results=False)
+
+
+def _lower_filter_grad(ctx: Any, x: Any, dy: Any, **params: Any) -> Any:
+    """_filter_grad_impl's lowering; for one device (a jit of one device's sharding context) without the custom
+    partitioning, which has nothing to partition there."""
+    one_device = getattr(ctx.module_context.axis_context, "num_devices", 0) == 1
+    with _partition.lowering_for_one_device(one_device):
+        return _lower_filter_grad_impl(ctx, x, dy, **params)
+
+
+mlir.register_lowering(filter_grad_p, _lower_filter_grad)
 # Its lowering holds the data-parallel custom partitioning, which needs the devices (as jax's cuDNN attention).
 jax_dispatch.prim_requires_devices_during_lowering.add(filter_grad_p)
 
