@@ -511,7 +511,17 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
                                  int(images)) &&
               encode_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c,
                                  int(images))) {
-            // The persistent block where it applies (wgmma_persistent.cuh, persistent_taps).
+            // The persistent block where it applies (wgmma_persistent.cuh, persistent_taps). A row of odd
+            // width at a batch of 32: T-tap tiles on all columns but the last, one-tap tiles on that one
+            // (persistent_split; both add atomically into dW).
+            if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel);
+                split.width0 != args.grid.width0) {
+              OmegaArgs rest = args, last = args;
+              rest.grid = last.grid = split;
+              last.kernel = 1;
+              const cudaError_t status = launch_direct<P>(rest, stream);
+              return status != cudaSuccess ? status : launch_direct<P>(last, stream);
+            }
             cudaError_t result = cudaSuccess;
             const int taps = persistent_taps(p, args.grid, args.kernel);
             if ((taps == 3 && launch_persistent<PersistentConfig<P, 3>>(mapped, stream, &result)) ||

@@ -219,6 +219,13 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   }
 }
 
+// A launch-time switch's first character ('\0' where unset), and a T-tap tile's filter columns.
+inline char env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value[0] : '\0';
+}
+inline int tile_taps(const Problem& p) { return p.filter_w == 2 ? 2 : 3; }
+
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
 // kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit
 // (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
@@ -226,15 +233,19 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 // one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); WINRS_JAX_TAP_RUNS=2 drops the
 // rule's row length (to measure where it should lie).
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
-  const auto flag = [](const char* name) {
-    const char* value = std::getenv(name);
-    return value ? value[0] : '\0';
-  };
-  if (flag("WINRS_JAX_PERSISTENT") == '0') return 0;
-  const int taps = p.filter_w == 2 ? 2 : 3;
-  const char tap_runs = flag("WINRS_JAX_TAP_RUNS");
-  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, taps, tap_runs != '2')) return taps;
+  if (env_flag("WINRS_JAX_PERSISTENT") == '0') return 0;
+  const char tap_runs = env_flag("WINRS_JAX_TAP_RUNS");
+  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, tile_taps(p), tap_runs != '2')) return tile_taps(p);
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
+}
+
+// The grid whose kernel 0 the T-tap tiles take on all columns but the last of a row of odd width at a batch
+// of 32 (tap_run_even_split), or `grid` where there is no such split (the persistent block's switches as
+// above).
+inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, int kernel) {
+  const char tap_runs = env_flag("WINRS_JAX_TAP_RUNS");
+  if (kernel != 0 || env_flag("WINRS_JAX_PERSISTENT") == '0' || tap_runs == '0') return grid;
+  return tap_run_even_split(p, grid, tile_taps(p), tap_runs != '2');
 }
 
 // Launches the persistent block on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here

@@ -119,6 +119,18 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
          width % shape.positions == 0;
 }
 
+// At a batch of 32 (two positions a step) the T-tap tiles take rows of an even width only (tap_runs_fit).
+// Where kernel 0 covers every column of an odd width, the grid with its last column split off as a residual
+// column (kernel 1, one-tap tiles in a launch of their own: paper 2x2 and 4x4 layers, rows of 127 and 63) if
+// the T-tap tiles then take the rest; else the grid as planned.
+inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid, int taps,
+                                      bool length_rule = true) {
+  SegmentGrid split = grid;
+  if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && tap_run_shape(p.batch, taps).positions == 2)
+    split.width0 = grid.out_w - 1;
+  return tap_runs_fit(p, split, 0, taps, length_rule) ? split : grid;
+}
+
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts
 // the one-tap kernel's layers into columns a position or two wide (one-tap tiles do not care), where a T-tap
 // run would copy T - 1 positions of X alone for every one or two it computes; atomic adds let any cut of dY
@@ -128,9 +140,9 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 // Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each, bands up to 4 x sms.
 // `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an experiment (WINRS_JAX_TAP_RUN_OVERHEAD).
 // 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3 128:16:256 0.097 -> 0.086 ms, 5x5 32:32:256
-// 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7 32:16:512 and 3x3 32:28:512 even.
-// A tile's fixed cost (start, output atomics) is about 11 steps: 3x3 128:16:256's 384 tiles of 18 steps took
-// 0.097 ms, 128:15:256's 120 of 51 0.069.
+// 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7 32:16:512 and 3x3 32:28:512
+// even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3 128:16:256's 384 tiles of 18 steps
+// took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
                                 int channels = 128, int overhead_steps = kTapRunOverheadSteps) {

@@ -18,6 +18,7 @@ struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
   int width0 = 0;           // the primary columns' width (0: all of them, no residual column)
   bool length_rule = true;  // false: as under WINRS_JAX_TAP_RUNS=2 (rows of any length)
+  bool split = false;  // a batch of 32 on rows of an odd width: the last column apart (tap_run_even_split)
 };
 
 int failures = 0;
@@ -46,7 +47,25 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
             l.filter_w - 1 - l.pad_left};
   const int width0 = l.width0 ? l.width0 : l.out_w;
   // The planner's one-tap cut: columns of one position, all rows in one band (tap_run_grid replaces it).
-  const SegmentGrid planned{l.out_h, l.out_w, 1, l.out_h, 1, width0, 1, true, l.batch, 1};
+  SegmentGrid planned{l.out_h, l.out_w, 1, l.out_h, 1, width0, 1, true, l.batch, 1};
+  if (l.split) {
+    planned = winrs::tap_run_even_split(p, planned, taps, l.length_rule);
+    if (planned.width0 != l.out_w - 1) return fail(l, "the last column apart", planned.width0);
+    if (kernel == 1) {  // one-tap tiles on the last column: every unit of their segments, once per tap
+      const winrs::TileScheduler one_tap = winrs::make_scheduler(p, planned, 1, 1, 128, 128);
+      for (long long index = 0; index < one_tap.count(); ++index) {
+        const winrs::WorkTile work = one_tap.tile(index);
+        const winrs::Segment seg = planned.segment(work.segment);
+        for (int n = seg.image_begin; n < seg.image_end; ++n)
+          for (int oh = seg.h_begin; oh < seg.h_end; ++oh)
+            for (int ow = seg.w_begin; ow < seg.w_end; ++ow)
+              if (oh + work.fh - l.pad_top >= 0 && oh + work.fh - l.pad_top < l.out_h)
+                ++count[(((long long)n * l.out_h + oh) * l.out_w + ow) * l.filter_h * l.filter_w +
+                        work.fh * l.filter_w + work.f0];
+      }
+      return;
+    }
+  }
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.length_rule))
     return fail(l, "the layer should fit", kernel, taps);
   const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
@@ -94,7 +113,7 @@ void check(const Layer& l) {
   for (int sms : {1, 3, 132}) {
     std::vector<int> count((size_t)l.batch * l.out_h * l.out_w * l.filter_h * l.filter_w, 0);
     replay(l, 0, sms, count);
-    if (l.width0) replay(l, 1, sms, count);
+    if (l.width0 || l.split) replay(l, 1, sms, count);
     for (int n = 0; n < l.batch; ++n)
       for (int oh = 0; oh < l.out_h; ++oh)
         for (int ow = 0; ow < l.out_w; ++ow)
@@ -136,6 +155,16 @@ int main() {
         l.length_rule = false;
         check(l);
       }
+  // A batch of 32 on rows of an odd width: T-tap tiles on all columns but the last (tap_run_even_split), as
+  // the paper's 2x2 and 4x4 layers (rows of 127 and 63) run.
+  for (int filter_w : {2, 3, 4, 5})
+    for (int out_w : {17, 21, 63})
+      for (int pad_left : {0, 1, filter_w - 1}) {
+        ++layers;
+        Layer l{32, 3, out_w, 3, filter_w, 1, pad_left};
+        l.split = true;
+        check(l);
+      }
   // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
   for (int batch : {32, 64}) {
     ++layers;
@@ -152,10 +181,15 @@ int main() {
     std::printf("FAILED: the row-length rule\n");
     ++failures;
   }
-  // A layer that must not fit: a batch of 32 on rows of an odd width.
-  const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1};
-  if (winrs::tap_runs_fit(odd, SegmentGrid{2, 33, 1, 2, 1, 33, 1, true, 32, 1}, 0, 3)) {
-    std::printf("FAILED: a batch of 32 on rows of 33 positions fits\n");
+  // A layer that must not fit: a batch of 32 on rows of an odd width (but with the last column apart), nor on
+  // the split rows where they are too short (15: 7 steps of 2, under the 8 steps a 4-wide filter needs).
+  const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1},
+      short_odd{32, 2, 15, 128, 2, 15, 128, 3, 4, 1, 1, 1, 2};
+  const SegmentGrid odd_grid{2, 33, 1, 2, 1, 33, 1, true, 32, 1},
+      short_grid{2, 15, 1, 2, 1, 15, 1, true, 32, 1};
+  if (winrs::tap_runs_fit(odd, odd_grid, 0, 3) || winrs::tap_run_even_split(odd, odd_grid, 3).width0 != 32 ||
+      winrs::tap_run_even_split(short_odd, short_grid, 3).width0 != 15) {
+    std::printf("FAILED: a batch of 32 on rows of 33 positions fits, or its split\n");
     ++failures;
   }
   if (failures) {
