@@ -121,12 +121,15 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 
 // At a batch of 32 (two positions a step) the T-tap tiles take rows of an even width only (tap_runs_fit).
 // Where kernel 0 covers every column of an odd width, the grid with its last column split off as a residual
-// column (kernel 1, one-tap tiles in a launch of their own: paper 2x2 and 4x4 layers, rows of 127 and 63) if
-// the T-tap tiles then take the rest; else the grid as planned.
+// column (kernel 1, one-tap tiles in a launch of their own) if the T-tap tiles then take the rest; else the
+// grid as planned. Measured against one tap (bf16, H200, thirty-fourth stop): the paper's 2x2 32:128:128
+// (rows of 127) 0.185 vs 0.280 ms, 6x6 32:64:256 (63) 0.831 vs 1.130, 8x8 32:32:256 (31) 0.495 vs 0.504; but
+// 4x4 32:64:256 (63) 0.623 vs 0.582, so filters 3k + 1 wide (a last tile of one tap) keep one tap.
 inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid, int taps,
                                       bool length_rule = true) {
   SegmentGrid split = grid;
-  if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && tap_run_shape(p.batch, taps).positions == 2)
+  if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && tap_run_shape(p.batch, taps).positions == 2 &&
+      !(taps == 3 && p.filter_w % 3 == 1))
     split.width0 = grid.out_w - 1;
   return tap_runs_fit(p, split, 0, taps, length_rule) ? split : grid;
 }

@@ -156,8 +156,8 @@ int main() {
         check(l);
       }
   // A batch of 32 on rows of an odd width: T-tap tiles on all columns but the last (tap_run_even_split), as
-  // the paper's 2x2 and 4x4 layers (rows of 127 and 63) run.
-  for (int filter_w : {2, 3, 4, 5})
+  // the paper's 2x2, 6x6 and 8x8 layers (rows of 127, 63 and 31) run.
+  for (int filter_w : {2, 3, 5, 6, 8})
     for (int out_w : {17, 21, 63})
       for (int pad_left : {0, 1, filter_w - 1}) {
         ++layers;
@@ -181,14 +181,17 @@ int main() {
     std::printf("FAILED: the row-length rule\n");
     ++failures;
   }
-  // A layer that must not fit: a batch of 32 on rows of an odd width (but with the last column apart), nor on
-  // the split rows where they are too short (15: 7 steps of 2, under the 8 steps a 4-wide filter needs).
+  // A layer that must not fit: a batch of 32 on rows of an odd width (but with the last column apart); nor
+  // split: rows too short once split (13: 6 steps of 2, under the 7 steps of a 3-wide filter), and a filter
+  // 3k + 1 wide (4: measured slower so).
   const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1},
-      short_odd{32, 2, 15, 128, 2, 15, 128, 3, 4, 1, 1, 1, 2};
+      short_odd{32, 2, 13, 128, 2, 13, 128, 3, 3, 1, 1, 1, 1},
+      four{32, 2, 33, 128, 2, 33, 128, 3, 4, 1, 1, 1, 2};
   const SegmentGrid odd_grid{2, 33, 1, 2, 1, 33, 1, true, 32, 1},
-      short_grid{2, 15, 1, 2, 1, 15, 1, true, 32, 1};
+      short_grid{2, 13, 1, 2, 1, 13, 1, true, 32, 1};
   if (winrs::tap_runs_fit(odd, odd_grid, 0, 3) || winrs::tap_run_even_split(odd, odd_grid, 3).width0 != 32 ||
-      winrs::tap_run_even_split(short_odd, short_grid, 3).width0 != 15) {
+      winrs::tap_run_even_split(short_odd, short_grid, 3).width0 != 13 ||
+      winrs::tap_run_even_split(four, odd_grid, 3).width0 != 33) {
     std::printf("FAILED: a batch of 32 on rows of 33 positions fits, or its split\n");
     ++failures;
   }
