@@ -643,14 +643,26 @@ def layer_key(plan: Plan, layer: Layer) -> str:
                and plan.method == "winrs" else {}),
             # Of those, atomic plans of filters at least two wide may run the persistent block's three-tap tiles
             # from the thirty-second stop (1.17-2.6x one tap's speed where they run; older keys kept for the rest).
-            **({"tap_runs": True}
-               if plan.path in ("bf16", "fp16") and min(plan.channels) > 64 and plan.strides == (1, 1)
-               and plan.method == "winrs" and plan.atomic and plan.filter_hw[1] >= 2 else {}),
+            **({"tap_runs": True} if _may_run_tap_runs(plan) else {}),
+            # Of those, a batch of 32 on rows of an odd width runs them on all columns but the last from the
+            # thirty-fourth stop (tap_runs.h, tap_run_even_split; before, one tap: older keys kept for the rest).
+            **({"odd_rows_split": True}
+               if _may_run_tap_runs(plan) and plan.batch == 32 and plan.out_grad_hw[1] % 2 == 1
+               and plan.filter_hw[1] % 3 != 1 else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
                else {}),
         ),
         sort_keys=True,
+    )  # fmt: skip
+
+
+def _may_run_tap_runs(plan: Plan) -> bool:
+    """Whether the layer's plan may run the persistent block's T-tap tiles (16 bits, unstrided, more than 64
+    channels both ways, atomic sums, filters at least two wide: tap_runs.h)."""
+    return (
+        plan.path in ("bf16", "fp16") and min(plan.channels) > 64 and plan.strides == (1, 1)
+        and plan.method == "winrs" and plan.atomic and plan.filter_hw[1] >= 2
     )  # fmt: skip
 
 
