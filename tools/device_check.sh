@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing|retrace
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -220,6 +220,12 @@ for stage in "$@"; do
       for layer in ${CHOICE_LAYERS:-128:28:128:3}; do
         (cd /tmp && python3 "$ROOT/tools/choice_timing.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/choice-${layer//:/-}.txt" 2>&1
         head -3 "$OUT/choice-${layer//:/-}.txt"; grep -E "cumtime|compile|_time_all|repeat_count|_fillers|block_until|_measure" "$OUT/choice-${layer//:/-}.txt" | head -14
+      done ;;
+    retrace)
+      # What winrs_jax.conv adds to a cached re-trace and lowering of a training step, and where (cProfile).
+      for layer in ${RETRACE_LAYERS:-128:28:128:3 64:28:256:7:g256}; do
+        (cd /tmp && python3 "$ROOT/tools/retrace_cost.py" "$layer" ${PROFILE_DTYPE:-bf16}) >"$OUT/retrace-${layer//:/-}.txt" 2>&1
+        head -2 "$OUT/retrace-${layer//:/-}.txt"
       done ;;
     layouts)
       # NCHW/OIHW against NHWC/HWIO, lax and WinRS, in a jitted four-layer training gradient (tools/layout_cost.py).
