@@ -219,12 +219,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   }
 }
 
-// A launch-time switch's first character ('\0' where unset), and a T-tap tile's filter columns.
+// A launch-time switch's first character ('\0' where unset).
 inline char env_flag(const char* name) {
   const char* value = std::getenv(name);
   return value ? value[0] : '\0';
 }
-inline int tile_taps(const Problem& p) { return p.filter_w == 2 ? 2 : 3; }
+// A T-tap tile's filter columns: 3, or 2 for filters two wide. WINRS_JAX_TAP_PAIRS=1 cuts filters four wide
+// into two pairs instead of 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an
+// experiment's switch: 4x4 32:64:256 ran 0.93x of one tap's speed with 3 + 1, thirty-fourth stop).
+inline int tile_taps(const Problem& p) {
+  return p.filter_w == 2 || (p.filter_w == 4 && env_flag("WINRS_JAX_TAP_PAIRS") == '1') ? 2 : 3;
+}
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
 // kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit

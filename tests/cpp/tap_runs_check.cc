@@ -18,7 +18,8 @@ struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
   int width0 = 0;           // the primary columns' width (0: all of them, no residual column)
   bool length_rule = true;  // false: as under WINRS_JAX_TAP_RUNS=2 (rows of any length)
-  bool split = false;  // a batch of 32 on rows of an odd width: the last column apart (tap_run_even_split)
+  bool split = false;       // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
+  int taps = 0;             // a tile's filter columns (0: 3, 2 for filters two wide; WINRS_JAX_TAP_PAIRS: 2)
 };
 
 int failures = 0;
@@ -31,7 +32,7 @@ void fail(const Layer& l, const char* what, int a = 0, int b = 0) {
 
 // Replays kernel `kernel` of the layer's plan on the T-tap tiles for `sms` SMs, counting terms into `count`.
 void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
-  const int taps = l.filter_w == 2 ? 2 : 3;
+  const int taps = l.taps ? l.taps : l.filter_w == 2 ? 2 : 3;
   Problem p{l.batch,
             l.out_h,
             l.out_w,
@@ -163,6 +164,17 @@ int main() {
         ++layers;
         Layer l{32, 3, out_w, 3, filter_w, 1, pad_left};
         l.split = true;
+        check(l);
+      }
+  // Filters four wide as two pairs (WINRS_JAX_TAP_PAIRS=1), split at a batch of 32 on odd rows too.
+  for (int batch : {32, 64, 128})
+    for (int out_w : {14, 20, 21, 63})
+      for (int pad_left : {0, 1, 3}) {
+        if (batch > 32 && out_w % 2 == 1) continue;
+        ++layers;
+        Layer l{batch, 3, out_w, 3, 4, 1, pad_left};
+        l.taps = 2;
+        l.split = out_w % 2 == 1;
         check(l);
       }
   // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
