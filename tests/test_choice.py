@@ -510,20 +510,20 @@ def test_wide_16bit_layers_are_measured_again_after_their_tile_changed(auto):
     keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
     assert [key["channels"] for key in keys] == [[64, 64], [128, 128], [128, 128]]
     assert "work_tile" not in keys[0] and keys[1]["work_tile"] == [1, 128, 128, 1]
-    assert [key.get("tap_runs", False) for key in keys] == [False, True, False]
+    assert [key.get("tap_runs", False) for key in keys] == [False, 2, False]
     assert not any("odd_rows_split" in key for key in keys)  # a batch of 2
 
 
 def test_batch_32_layers_on_odd_rows_are_measured_again_after_their_tiles_changed(auto):
     """At a batch of 32 on rows of an odd width the T-tap tiles take all columns but the last since the
-    thirty-fourth stop (tap_run_even_split): those layers' keys say so, except filters 3k + 1 wide and even
-    rows."""
-    for width, filter_w in ((15, 3), (16, 4), (16, 3)):  # rows of 13, 13 and 14
+    thirty-fourth stop (tap_run_even_split): those layers' keys say so, except filters 3k + 1 wide, even rows
+    and rows too short once split (13: 6 steps of two positions, under the rule's 7)."""
+    for width, filter_w in ((17, 3), (18, 4), (18, 3), (15, 3)):  # rows of 15, 15, 16 and 13
         lhs = jnp.ones((32, 6, width, 128), jnp.bfloat16)
         rhs = jnp.ones((3, filter_w, 128, 128), jnp.bfloat16)
         winrs_jax.plan(lhs, rhs, (1, 1), "VALID", dimension_numbers=NHWC)
     keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
-    assert [key.get("odd_rows_split", False) for key in keys] == [True, False, False]
+    assert [key.get("odd_rows_split", False) for key in keys] == [True, False, False, False]
 
 
 def test_the_measurement_runs_the_callers_layout(monkeypatch):

@@ -261,6 +261,33 @@ def test_a_training_step_evaluates_the_forward_type_once(rng):
     assert cached.cache_info().misses == 1 and cached.cache_info().hits >= 1  # three with jax 0.10.2
 
 
+def test_cached_types_follow_the_context_mesh_and_default_precision():
+    """The caches behind the forward's type (_conv_aval) and lax's parameters (_lax_params) key what lax reads
+    besides the operands: a gradient traced under an Auto mesh, then under an Explicit one (its type took the
+    first mesh and the sine after it raised), and the input gradient's precision under another
+    jax.default_matmul_precision (it kept the first trace's), as lax's."""
+    x, w = jax.ShapeDtypeStruct((4, 8, 8, 4), jnp.float32), jax.ShapeDtypeStruct((3, 3, 4, 4), jnp.float32)
+
+    def grad(conv):
+        return jax.grad(
+            lambda x, w: jnp.sum(jnp.sin(conv(x, w, (1, 1), "SAME", dimension_numbers=NHWC))), (0, 1)
+        )
+
+    for axis_type in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
+        with jax.set_mesh(jax.make_mesh((1,), ("b",), axis_types=(axis_type,))):
+            ours, theirs = (jax.eval_shape(grad(c), x, w) for c in (winrs_jax.conv, lax.conv_general_dilated))
+        assert [a.sharding for a in ours] == [a.sharding for a in theirs]
+
+    def precisions(conv):
+        jaxpr = jax.make_jaxpr(grad(conv))(x, w).jaxpr
+        return {e.params["precision"] for e in jaxpr.eqns if e.primitive is lax.conv_general_dilated_p}
+
+    highest = {(lax.Precision.HIGHEST,) * 2}
+    assert precisions(winrs_jax.conv) == precisions(lax.conv_general_dilated) == highest  # conftest's
+    with jax.default_matmul_precision("bfloat16"):
+        assert precisions(winrs_jax.conv) == precisions(lax.conv_general_dilated) != highest
+
+
 @pytest.mark.parametrize(
     "x_shape, filter_dhw, pads, strides, dilation",
     [

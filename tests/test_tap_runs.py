@@ -23,7 +23,8 @@ SOURCES = (ROOT / "cpp" / "winrs").is_dir()
 def test_tap_run_tiles_sum_every_term_once(tmp_path: Path) -> None:
     """Each term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] of a real X row is summed exactly once, each
     MMA meets X of its own images, row and column, reads steps of its own run only, and no step mixes real units
-    with units past a run's end; a batch of 32 on odd rows does not fit."""
+    with units past a run's end; a batch of 32 on odd rows fits only with the last column apart
+    (tap_run_even_split), which the one-tap tiles then sum."""
     binary = tmp_path / "tap_runs_check"
     source = ROOT / "tests" / "cpp" / "tap_runs_check.cc"
     subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],

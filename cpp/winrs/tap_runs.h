@@ -116,7 +116,7 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
   const int run_steps = (width + shape.positions - 1) / shape.positions;
   const int steps_per_x_step = length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps) : 0;
   return p.filter_w >= 2 && !p.strided() && grid.atomic && steps_per_x_step * shape.reach <= run_steps &&
-         width % shape.positions == 0;
+         width > 0 && width % shape.positions == 0;
 }
 
 // At a batch of 32 (two positions a step) the T-tap tiles take rows of an even width only (tap_runs_fit).
@@ -128,8 +128,8 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid, int taps,
                                       bool length_rule = true) {
   SegmentGrid split = grid;
-  if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && tap_run_shape(p.batch, taps).positions == 2 &&
-      !(taps == 3 && p.filter_w % 3 == 1))
+  if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && grid.out_w > 1 &&
+      tap_run_shape(p.batch, taps).positions == 2 && !(taps == 3 && p.filter_w % 3 == 1))
     split.width0 = grid.out_w - 1;
   return tap_runs_fit(p, split, 0, taps, length_rule) ? split : grid;
 }

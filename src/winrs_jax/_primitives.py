@@ -40,9 +40,10 @@ def _key(value: Any) -> _ShapeKey:
 
 
 @functools.lru_cache(maxsize=4096)
-def _lax_params(spec: ConvSpec, lhs: _ShapeKey, rhs: _ShapeKey) -> dict[str, Any]:
+def _lax_params(spec: ConvSpec, lhs: _ShapeKey, rhs: _ShapeKey, default_precision: Any) -> dict[str, Any]:
     """The parameters lax binds its convolution primitive with for this call (precision canonicalised as lax
-    does), read from lax itself."""
+    does, from jax_default_matmul_precision where the call gives none: `default_precision`, part of the key
+    only), read from lax itself."""
     args = (jax.ShapeDtypeStruct(*lhs), jax.ShapeDtypeStruct(*rhs))
     jaxpr = jax.make_jaxpr(functools.partial(lax.conv_general_dilated, **spec.lax_kwargs()))(*args)
     (params,) = [e.params for e in jaxpr.eqns if e.primitive is lax.conv_general_dilated_p]
@@ -51,7 +52,12 @@ def _lax_params(spec: ConvSpec, lhs: _ShapeKey, rhs: _ShapeKey) -> dict[str, Any
 
 def _params(spec: ConvSpec, lhs: Any, rhs: Any, stack: int = 0) -> dict[str, Any]:
     """lax's parameters for one problem of operands with `stack` leading axes."""
-    return _lax_params(spec, _key(_unstacked(lhs, stack)), _key(_unstacked(rhs, stack)))
+    return _lax_params(
+        spec,
+        _key(_unstacked(lhs, stack)),
+        _key(_unstacked(rhs, stack)),
+        jax.config.jax_default_matmul_precision,
+    )
 
 
 def _stacked(fn: Callable[..., jax.Array], stack: int) -> Callable[..., jax.Array]:
@@ -172,14 +178,15 @@ def _restacked(aval: Any, stacked: tuple[int, ...], operand: Any) -> Any:
 def _conv_abstract_eval(
     lhs: Any, rhs: Any, *, spec: ConvSpec, options: Any, stack: int, out_sharding: Any = None
 ) -> Any:
-    return _conv_aval(lhs, rhs, spec, stack, out_sharding)
+    return _conv_aval(lhs, rhs, spec, stack, out_sharding, jax.sharding.get_abstract_mesh())
 
 
 @functools.lru_cache(maxsize=4096)
-def _conv_aval(lhs: Any, rhs: Any, spec: ConvSpec, stack: int, out_sharding: Any) -> Any:
+def _conv_aval(lhs: Any, rhs: Any, spec: ConvSpec, stack: int, out_sharding: Any, context_mesh: Any) -> Any:
     """The result's aval and effects. JAX asks for them four times per call in a training step's gradient (trace,
     linearize, transpose); lax's shape rule each time took 0.8 of the 2.0 ms that winrs_jax.conv added to a
-    re-trace and lowering on a 2-core CPU (issue 8's budget: 1 ms)."""
+    re-trace and lowering on a 2-core CPU (issue 8's budget: 1 ms). lax's rule reads the context mesh too
+    (`context_mesh`, part of the key only): operands of no mesh take it."""
     params = _params(spec, lhs, rhs, stack)
     if out_sharding is not None and stack == 0:
         params = dict(params, out_sharding=out_sharding)

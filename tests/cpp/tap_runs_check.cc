@@ -196,6 +196,12 @@ int main() {
   // A layer that must not fit: a batch of 32 on rows of an odd width (but with the last column apart); nor
   // split: rows too short once split (13: 6 steps of 2, under the 7 steps of a 3-wide filter), and a filter
   // 3k + 1 wide (4: measured slower so).
+  // A row of one position splits into nothing (under WINRS_JAX_TAP_RUNS=2, no length rule): not at all.
+  const Problem one{32, 2, 1, 128, 2, 1, 128, 3, 3, 1, 1, 1, 1};
+  if (winrs::tap_run_even_split(one, SegmentGrid{2, 1, 1, 2, 1, 1, 1, true, 32, 1}, 3, false).width0 != 1) {
+    std::printf("FAILED: a row of one position split\n");
+    ++failures;
+  }
   const Problem odd{32, 2, 33, 128, 2, 33, 128, 3, 3, 1, 1, 1, 1},
       short_odd{32, 2, 13, 128, 2, 13, 128, 3, 3, 1, 1, 1, 1},
       four{32, 2, 33, 128, 2, 33, 128, 3, 4, 1, 1, 1, 2};
