@@ -515,7 +515,7 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
             // width at a batch of 32: T-tap tiles on all columns but the last, one-tap tiles on that one
             // (persistent_split; both add atomically into dW).
             if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel);
-                split.width0 != args.grid.width0) {
+                split.width0 != args.grid.width0 && persistent_launchable(args)) {
               OmegaArgs rest = args, last = args;
               rest.grid = last.grid = split;
               last.kernel = 1;

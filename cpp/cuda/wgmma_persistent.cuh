@@ -253,15 +253,20 @@ inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, i
   return tap_run_even_split(p, grid, tile_taps(p), tap_runs != '2');
 }
 
+// Whether the persistent block can take a launch: one problem, chains of one link, dW and the workspace
+// 8-byte aligned for the float2 writes.
+inline bool persistent_launchable(const OmegaArgs& args) {
+  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
+  return args.groups == 1 && args.semaphore_offset < 0 && aligned8(args.filter_grad) &&
+         aligned8(args.workspace);
+}
+
 // Launches the persistent block on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here
-// (one problem, chains of one link, dW and the workspace 8-byte aligned for the float2 writes, the sm_90a
-// code loaded), with nothing launched; else *result is the launch's status.
+// (persistent_launchable, the sm_90a code loaded), with nothing launched; else *result is the launch's
+// status.
 template <class C>
 bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
-  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
-  if (mapped.groups != 1 || mapped.semaphore_offset >= 0 || !aligned8(mapped.filter_grad) ||
-      !aligned8(mapped.workspace))
-    return false;
+  if (!persistent_launchable(mapped)) return false;
   auto* kernel = persistent_kernel<C>;
   if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   int device = 0, sms = 0;
