@@ -10,7 +10,8 @@ first starts the GPU with a small program, so that what differs is the layer's c
 run. The same processes time re-traces (jax.jit(...).trace(...).lower() after jax.clear_caches(), the median of
 RETRACES). "extra" is auto's time less lax's; "choice_s" the part of auto's first step spent in its measurement
 (choice._measure), of which "xla_compile_s" compiling XLA's program (WinRS's compile beside it) and "timing_s"
-the timing; the rest is the inputs, the first runs and waiting for WinRS's compile.
+the timing; "own_s" is the measurement less XLA's program's compile and first run (which lax's step pays too):
+auto's own share.
 
 A process's first step varies by seconds where XLA autotunes and cuDNN compiles (a 7x7 depthwise layer's lax
 step took 14.3-17.9 s on one H200): --runs N repeats the three processes N times, lax's first in odd rounds and
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -68,7 +70,18 @@ def child(impl: str, layer: str, dtype_name: str) -> None:
 
         return run
 
-    # The measurement, within it XLA's program's compile (repeated_calls, beside WinRS's compiles) and the timing.
+    # The measurement, within it XLA's program's compile (repeated_calls, beside WinRS's compiles) and the timing;
+    # and from the measurement's debug line, when XLA's program had compiled and run once (lax's step pays as
+    # much for that filter gradient: the rest is auto's own).
+    class XlaReady(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.msg.startswith("auto's measurement of"):
+                seconds["xla_ready_s"] += float(record.args[2])
+
+    seconds["xla_ready_s"] = 0.0
+    logger = logging.getLogger("winrs_jax")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(XlaReady())
     choice_module._measure = timed("choice_s", choice_module._measure)
     choice_module.repeated_calls = timed("xla_compile_s", choice_module.repeated_calls)
     choice_module._time_all = timed("timing_s", choice_module._time_all)
@@ -129,6 +142,7 @@ MEDIANS = (
     "choice_s",
     "xla_compile_s",
     "timing_s",
+    "own_s",
     "cached_first_s",
     "cached_extra_s",
     "retrace_extra_ms",
@@ -149,7 +163,8 @@ def one_round(layer: str, dtype: str, jit_cache: str, lax_first: bool) -> dict:
         layer=layer, dtype=dtype, jit_cache=jit_cache, lax_first=lax_first, lax_first_s=round(lax_run["first_s"], 3),
         auto_first_s=round(new["first_s"], 3), extra_s=round(new["first_s"] - lax_run["first_s"], 3),
         choice_s=round(new["choice_s"], 3), xla_compile_s=round(new["xla_compile_s"], 3),
-        timing_s=round(new["timing_s"], 3), cached_first_s=round(cached["first_s"], 3),
+        timing_s=round(new["timing_s"], 3), own_s=round(new["choice_s"] - new["xla_ready_s"], 3),
+        cached_first_s=round(cached["first_s"], 3),
         cached_extra_s=round(cached["first_s"] - lax_run["first_s"], 3),
         retrace_extra_ms=round(1e3 * (cached["retrace_s"] - lax_run["retrace_s"]), 2),
         choice=new["choice"].splitlines()[0] if new["choice"] else "",

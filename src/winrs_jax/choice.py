@@ -545,6 +545,7 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # depthwise bf16 layers took 5-6 s to a first choice on an H100, 4.7 s of it in the first runs of three new
     # programs, two of them XLA's (tools/choice_timing.py). Where the two times differ enough for the count to
     # matter (10x), the choice is plain anyway.
+    start = time.perf_counter()
     failure: Exception | None = None
     winrs_fns: list[Callable[[jax.Array, jax.Array], jax.Array]] = []
     first: Callable[[], jax.Array] | None = None
@@ -566,6 +567,7 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
         )
         (xla_call,), repeats = xla_future.result()  # XLA's failures are lax's,
         xla_call().block_until_ready()  # its first run's too, not taken for WinRS's in _time_all
+        xla_ready = time.perf_counter()
         try:
             winrs_calls = winrs_future.result() if winrs_future else []
         except Exception as e:  # noqa: BLE001
@@ -581,6 +583,10 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
                       RuntimeWarning, stacklevel=2)  # fmt: skip
         return Decision(False, float("inf"), xla_ms, "measured", "")
     xla_ms, *winrs_ms = (ms / repeats for ms in times)
+    # XLA's share is what lax's own first step pays for that filter gradient too (its compile, autotuning
+    # included, and first run); the rest is auto's own (tools/first_trace.py reads this line).
+    _LOG.debug("auto's measurement of %s: %.3f s, XLA's program compiled and run once after %.3f s",
+               _layer_text(plan), time.perf_counter() - start, xla_ready - start)  # fmt: skip
     best = min(range(len(winrs_ms)), key=winrs_ms.__getitem__)
     path = candidates[best].path if alternatives else ""
     return Decision(winrs_ms[best] < WINRS_MARGIN * xla_ms, winrs_ms[best], xla_ms, "measured", path)
