@@ -12,6 +12,7 @@ import textwrap
 import time
 import types
 import warnings
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -170,6 +171,27 @@ def test_unwritable_cache_directory_keeps_the_decision_in_memory(auto, monkeypat
         _grad_hlo()
     assert len(auto) == 1
     assert any("cannot write the decision cache" in str(w.message) for w in caught)
+
+
+def test_an_empty_cache_variable_counts_as_unset(monkeypatch, tmp_path):
+    """WINRS_JAX_CACHE_DIR= (empty) means the default directory, as an empty XDG_CACHE_HOME does; it had written
+    the files into the working directory."""
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert choice.cache_dir() == tmp_path / "winrs_jax"
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert choice.cache_dir() == Path.home() / ".cache" / "winrs_jax"
+
+
+def test_a_failed_rename_leaves_no_temporary_file(auto, tmp_path):
+    """Where the rename into place fails (the target is a directory), the temporary file goes too."""
+    decision = choice.Decision(True, 1.0, 2.0, "measured")
+    choice.DecisionCache._file("key").mkdir(parents=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice.DecisionCache().put("key", decision)
+    assert any("cannot write the decision cache" in str(w.message) for w in caught)
+    assert not list(tmp_path.glob(".tmp-*"))
 
 
 def test_processes_sharing_the_cache_directory(tmp_path):

@@ -45,12 +45,16 @@ def _conv(lhs_shape, rhs_shape, lhs_dtype=jnp.float32, rhs_dtype=jnp.float32, **
         (lambda: winrs_jax.conv_backward_filter(jnp.zeros((2, 8, 8, 4)), jnp.zeros((2, 8, 8, 4)), (3, 3, 4, 4),
                                                 padding="SAME", dimension_numbers=NHWC, options={}),
          TypeError, "PlannerOptions"),
+        (lambda: winrs_jax.conv_backward_filter(jnp.zeros((2, 8, 8, 4)), jnp.zeros((2, 8, 8, 4), jnp.bfloat16),
+                                                (3, 3, 4, 4), padding="SAME", dimension_numbers=NHWC),
+         TypeError, "out_grad's dtype bfloat16 does not fit lhs's float32"),
     ],
     ids=[
         "channels", "rank-mismatch", "both-group-counts", "default-layout", "rank-too-small", "padding-length",
         "padding-name", "strides-length",
         "zero-stride", "mixed-dtypes", "bad-dimension-numbers", "float-strides", "float-padding",
         "string-padding-transposed", "options-dict", "plan-options-string", "backward-filter-options-dict",
+        "backward-filter-narrow-out-grad",
     ],
 )  # fmt: skip
 def test_bad_input_raises_at_trace_time(call, error, message):

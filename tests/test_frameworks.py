@@ -136,6 +136,23 @@ def test_export_round_trip_of_a_training_step(rng):
     _close(loss, ref_loss)
 
 
+def test_export_for_platforms_without_winrs_holds_xlas_filter_gradient():
+    """WinRS's handlers are the CPU's and CUDA's: an export for a TPU (or ROCm) holds XLA's filter gradient and no
+    custom call, as lax's does (it held WinRS's, which no TPU can run); one for the CPU and a TPU holds both."""
+    x = jax.ShapeDtypeStruct((4, 10, 10, 3), jnp.float32)
+    w = jax.ShapeDtypeStruct((3, 3, 3, 5), jnp.float32)
+    dn = ("NHWC", "HWIO", "NHWC")
+    grad = jax.jit(jax.grad(lambda w, x: jnp.sum(winrs_jax.conv(x, w, (1, 1), "SAME", dimension_numbers=dn))))
+
+    def module(platforms):
+        return jax.export.export(
+            grad, platforms=platforms, disabled_checks=winrs_jax.export_disabled_checks()
+        )(w, x).mlir_module()
+
+    assert "custom_call" not in module(("tpu",)) and "custom_call" not in module(("rocm",))
+    assert "winrs_backward_filter" in module(("cpu", "tpu")) and "winrs_backward_filter" in module(("cuda",))
+
+
 @pytest.mark.parametrize("mode", ["model", "winrs"])
 def test_export_with_a_symbolic_batch_falls_back_to_xla(rng, mode):
     """A symbolic batch size (jax.export's shape polymorphism) cannot be planned: the gradient exports with XLA's

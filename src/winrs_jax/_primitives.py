@@ -380,7 +380,15 @@ def _lower_filter_grad(ctx: Any, x: Any, dy: Any, **params: Any) -> Any:
         return _lower_filter_grad_impl(ctx, x, dy, **params)
 
 
-mlir.register_lowering(filter_grad_p, _lower_filter_grad)
+def _xla_filter_grad_impl(x: jax.Array, dy: jax.Array, **params: Any) -> jax.Array:
+    return _filter_grad_impl(x, dy, **{**params, "mode": "xla"})
+
+
+# WinRS's handlers are the CPU's and CUDA's; elsewhere (TPU, ROCm: a jax.export for them, or a run there) XLA's
+# filter gradient, as lax's export would hold.
+for _platform in ("cpu", "cuda"):
+    mlir.register_lowering(filter_grad_p, _lower_filter_grad, platform=_platform)
+mlir.register_lowering(filter_grad_p, mlir.lower_fun(_xla_filter_grad_impl, multiple_results=False))
 # Its lowering holds the data-parallel custom partitioning, which needs the devices (as jax's cuDNN attention).
 jax_dispatch.prim_requires_devices_during_lowering.add(filter_grad_p)
 

@@ -118,8 +118,10 @@ class Layer:
 
 
 def cache_dir() -> Path:
-    if "WINRS_JAX_CACHE_DIR" in os.environ:
-        return Path(os.environ["WINRS_JAX_CACHE_DIR"])
+    """$WINRS_JAX_CACHE_DIR, else $XDG_CACHE_HOME/winrs_jax, else ~/.cache/winrs_jax (an empty variable counts as
+    unset, as XDG's does: an empty WINRS_JAX_CACHE_DIR wrote the files into the working directory)."""
+    if explicit := os.environ.get("WINRS_JAX_CACHE_DIR"):
+        return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "winrs_jax"
 
@@ -188,9 +190,13 @@ class DecisionCache:
             # with the user's umask (mkstemp's 0600 kept a directory shared between users unreadable to others).
             tmp = path.parent / f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f)
+                os.replace(tmp, path)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # not left behind where the rename failed
+                raise
         except OSError as e:
             self._warn_once("write", f"winrs_jax: cannot write the decision cache in {path.parent} ({e})")
 

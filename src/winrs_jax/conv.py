@@ -102,15 +102,24 @@ def conv_backward_filter(
     rhs_shape = tuple(int(d) for d in rhs_shape)
     rhs_dtype = lhs.dtype
     rank = len(rhs_shape) - 2
-    spec = make_spec(
-        lhs.shape, rhs_shape, lhs.dtype, rhs_dtype, window_strides or (1,) * max(rank, 0), padding, lhs_dilation,
-        rhs_dilation, dimension_numbers, feature_group_count, batch_group_count, precision, out_grad.dtype,
-    )  # fmt: skip
-    expected = jax.eval_shape(
-        lambda: _xla_conv(
-            jax.ShapeDtypeStruct(lhs.shape, lhs.dtype), jax.ShapeDtypeStruct(rhs_shape, rhs_dtype), spec
+    try:  # out_grad's dtype is the convolution's output dtype: lax's preferred_element_type
+        spec = make_spec(
+            lhs.shape, rhs_shape, lhs.dtype, rhs_dtype, window_strides or (1,) * max(rank, 0), padding,
+            lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, batch_group_count, precision,
+            out_grad.dtype,
+        )  # fmt: skip
+        expected = jax.eval_shape(
+            lambda: _xla_conv(
+                jax.ShapeDtypeStruct(lhs.shape, lhs.dtype), jax.ShapeDtypeStruct(rhs_shape, rhs_dtype), spec
+            )
         )
-    )
+    except TypeError as e:
+        if "preferred_element_type" not in str(e):
+            raise
+        raise TypeError(
+            f"out_grad's dtype {out_grad.dtype} does not fit lhs's {lhs.dtype}: out_grad is the convolution's "
+            f"output, of lhs's dtype or a wider one of its kind ({e})"
+        ) from e
     if out_grad.shape != expected.shape:
         raise ValueError(
             f"out_grad has shape {out_grad.shape}, but the convolution's output has shape {expected.shape}"
