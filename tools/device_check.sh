@@ -44,7 +44,10 @@ for stage in "$@"; do
       grep -E "FAILED|failures" "$OUT/kernel-check-atomic-fours.log" | tail -30
       # Filters four wide as two pairs of taps (an experiment's switch, wgmma_persistent.cuh, tile_taps).
       WINRS_JAX_TAP_PAIRS=1 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-pairs.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-tap-pairs.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-tap-pairs.log" | tail -30
+      # Filters 3k + 1 wide cut evenly into tiles (7 = 3 + 2 + 2; an experiment's switch, winrs/schedule.h).
+      WINRS_JAX_TAP_BALANCED=1 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-balanced.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-tap-balanced.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \

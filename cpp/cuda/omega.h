@@ -31,8 +31,10 @@ struct OmegaArgs {
   DepthView depth;
   // The TMA's maps of dY and X (tma.cuh) for the kernels that stage by it; set by their launch.
   CUtensorMap grad_map, input_map;
-  // The persistent block's atomic adds four floats at a time (wgmma_persistent.cuh; set by its launch).
+  // The persistent block's atomic adds four floats at a time, and its T-tap tiles' balanced cut of a row's
+  // filter columns (wgmma_persistent.cuh, winrs/schedule.h; set by its launch).
   bool atomic_fours = false;
+  bool balanced_taps = false;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   const Problem& p = args.problem;
   const SegmentGrid& grid = args.grid;
-  const TileScheduler scheduler = make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM);
+  const TileScheduler scheduler =
+      make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, 1, C::taps > 1 && args.balanced_taps);
   const long long tiles = scheduler.count();
   const auto walk_of = [&](const WorkTile& work) {
     return make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
@@ -285,13 +286,18 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   const char* fours = std::getenv("WINRS_JAX_ATOMIC_FOURS");
   args.atomic_fours = fours && fours[0] == '1' && reinterpret_cast<uintptr_t>(args.filter_grad) % 16 == 0;
   if constexpr (C::taps > 1) {
+    // WINRS_JAX_TAP_BALANCED=1: a row's filter columns cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2) instead of 3 + 3
+    // + 1 and 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an experiment's, to
+    // measure; where the T-tap tiles run today, the row-length rule unchanged).
+    args.balanced_taps = env_flag("WINRS_JAX_TAP_BALANCED") == '1' && args.problem.filter_w % C::taps == 1;
     // WINRS_JAX_TAP_RUN_OVERHEAD: the grid's cost of a tile's start and output, in steps (an experiment's).
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =
         overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
     args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
   }
-  const long long tiles = make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM).count();
+  const long long tiles =
+      make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, 1, args.balanced_taps).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
   if (*result != cudaSuccess) return true;

@@ -22,6 +22,7 @@ struct WorkTile {
   int slot;      // the tile's place among the tiles of its segment: its semaphore is bucket x tiles + slot
   int fh;        // (first) filter row
   int f0;        // first filter-gradient column of the tile
+  int columns;   // its filter-gradient columns: n, or fewer in a balanced cut (TileScheduler::balanced_width)
   int oc0, ic0;  // first output and input channel of the block
 };
 
@@ -30,6 +31,10 @@ struct TileScheduler {
   int kernel;                             // 0: the primary columns of the grid, 1: the residual column
   int row_tiles, rows, tiles_per_row, n;  // a tile covers `rows` filter rows and n filter columns
   int block_oc, block_ic, oc_blocks, ic_blocks;
+  // 0, or the filter's width where a row's tiles cut it as evenly as they can (the first width %
+  // tiles_per_row tiles one column more: 7 = 3 + 2 + 2, 4 = 2 + 2) instead of n columns each and the rest (3
+  // + 3 + 1, 3 + 1).
+  int balanced_width = 0;
 
   WINRS_HD int segments() const { return grid.kernel_segments(kernel); }
   WINRS_HD int tiles_per_segment() const { return row_tiles * tiles_per_row * oc_blocks * ic_blocks; }
@@ -47,7 +52,15 @@ struct TileScheduler {
     index /= ic_blocks;
     t.oc0 = int(index % oc_blocks) * block_oc;
     index /= oc_blocks;
-    t.f0 = int(index % tiles_per_row) * n;
+    const int col = int(index % tiles_per_row);
+    if (balanced_width > 0) {
+      const int base = balanced_width / tiles_per_row, extra = balanced_width % tiles_per_row;
+      t.f0 = col * base + (col < extra ? col : extra);
+      t.columns = base + (col < extra ? 1 : 0);
+    } else {
+      t.f0 = col * n;
+      t.columns = n;
+    }
     index /= tiles_per_row;
     t.fh = int(index % row_tiles) * rows;
     t.local = int(index / row_tiles);
@@ -57,7 +70,8 @@ struct TileScheduler {
 };
 
 WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid& grid, int kernel, int n,
-                                             int block_oc, int block_ic, int rows = 1) {
+                                             int block_oc, int block_ic, int rows = 1,
+                                             bool balanced = false) {
   return TileScheduler{grid,
                        kernel,
                        int((p.filter_h + rows - 1) / rows),  // a tile may pass the filter's last row too
@@ -67,7 +81,8 @@ WINRS_HD inline TileScheduler make_scheduler(const Problem& p, const SegmentGrid
                        block_oc,
                        block_ic,
                        int((p.out_c + block_oc - 1) / block_oc),
-                       int((p.in_c + block_ic - 1) / block_ic)};
+                       int((p.in_c + block_ic - 1) / block_ic),
+                       balanced ? int(p.filter_w) : 0};
 }
 
 // The filter-window tile's pieces of a dY row (cuda/wgmma_window.cuh): for segments `widest` positions wide,

@@ -41,7 +41,7 @@ WINRS_HD inline TapRunShape tap_run_shape(long long batch, int taps) {
 struct TapRunWalk : TapRunShape {
   int width, run_steps, steps;
   int row_offset, col_offset;
-  int taps;     // filter columns of this tile (fewer than T in the filter's last tile)
+  int taps;     // filter columns of this tile (fewer than T in the filter's last tile, or in a balanced cut)
   int outside;  // an image past the batch: dY boxes there read as zeros
 
   WINRS_HD TapRunWalk(const Problem& p, const WorkTile& work, const UnitWalk& walk, int tile_taps)
@@ -51,7 +51,7 @@ struct TapRunWalk : TapRunShape {
     steps = walk.rows * chunks * run_steps;
     row_offset = work.fh - int(p.pad_top);
     col_offset = work.f0 - int(p.pad_left);
-    taps = int(p.filter_w) - work.f0 < tile_taps ? int(p.filter_w) - work.f0 : tile_taps;
+    taps = int(p.filter_w) - work.f0 < work.columns ? int(p.filter_w) - work.f0 : work.columns;
     outside = int(p.batch);
   }
 

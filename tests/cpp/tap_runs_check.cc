@@ -20,6 +20,7 @@ struct Layer {
   bool length_rule = true;  // false: as under WINRS_JAX_TAP_RUNS=2 (rows of any length)
   bool split = false;       // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
   int taps = 0;             // a tile's filter columns (0: 3, 2 for filters two wide; WINRS_JAX_TAP_PAIRS: 2)
+  bool balanced = false;    // a row's filter columns cut evenly (WINRS_JAX_TAP_BALANCED: 7 = 3 + 2 + 2)
 };
 
 int failures = 0;
@@ -70,13 +71,15 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.length_rule))
     return fail(l, "the layer should fit", kernel, taps);
   const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
-  const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128);
+  const winrs::TileScheduler scheduler =
+      winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, l.balanced);
   for (long long index = 0; index < scheduler.count(); ++index) {
     const winrs::WorkTile work = scheduler.tile(index);
     const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
     const winrs::TapRunWalk runs(p, work, walk, taps);
     const winrs::TapRunShape& shape = runs;
     if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
+    if (l.balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
     if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
     // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
     // X).
@@ -177,6 +180,16 @@ int main() {
         l.split = out_w % 2 == 1;
         check(l);
       }
+  // Filters 3k + 1 wide cut evenly (WINRS_JAX_TAP_BALANCED=1: 4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2).
+  for (int batch : {32, 64, 128})
+    for (int filter_w : {4, 7, 10})
+      for (int out_w : {16, 20, 34})
+        for (int pad_left : {0, 1, filter_w - 1}) {
+          ++layers;
+          Layer l{batch, 3, out_w, 3, filter_w, 1, pad_left};
+          l.balanced = true;
+          check(l);
+        }
   // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
   for (int batch : {32, 64}) {
     ++layers;
