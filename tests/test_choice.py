@@ -229,10 +229,11 @@ def test_plan_reports_the_choice(auto, monkeypatch):
     )
     assert plan.supported and plan.mode == "auto"
     assert str(plan).startswith("WinRS plan: XLA (measured: WinRS 2.000 ms, XLA 1.500 ms)")
+    assert str(plan).splitlines()[0].endswith("; below, the WinRS plan it was measured against")
     with winrs_jax.mode("winrs"):
         plan = winrs_jax.plan(np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME",
                               dimension_numbers=NHWC)  # fmt: skip
-    assert plan.choice == "WinRS (mode winrs)"
+    assert plan.choice == "WinRS (mode winrs)" and "measured against" not in str(plan)
 
 
 def test_a_layer_winrs_cannot_run_falls_back_to_xla(auto, monkeypatch):
