@@ -233,7 +233,7 @@ def test_hlo_for_cuda_contains_the_custom_call(rng):
 
 def test_one_device_lowering_skips_the_custom_partitioning(rng, monkeypatch):
     """On one device the FFI call is lowered without custom partitioning's wrapper, which has nothing to partition
-    there (jax lowers it to its body) and whose tracing was about 1 ms of each layer's re-trace. Under a mesh it
+    there (jax lowers it to its body) and whose tracing was about 0.7 ms of each layer's re-trace. Under a mesh it
     stays (test_sharding: no activations gathered)."""
 
     def partitioned(*_):
