@@ -234,6 +234,10 @@ def test_plan_reports_the_choice(auto, monkeypatch):
         plan = winrs_jax.plan(np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME",
                               dimension_numbers=NHWC)  # fmt: skip
     assert plan.choice == "WinRS (mode winrs)" and "measured against" not in str(plan)
+    with winrs_jax.mode("xla"):
+        plan = winrs_jax.plan(np.zeros(LHS, np.float32), np.zeros(RHS, np.float32), (1, 1), "SAME",
+                              dimension_numbers=NHWC)  # fmt: skip
+    assert plan.choice.startswith("XLA") and "measured against" not in str(plan)  # nothing measured
 
 
 def test_a_layer_winrs_cannot_run_falls_back_to_xla(auto, monkeypatch):

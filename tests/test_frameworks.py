@@ -138,7 +138,8 @@ def test_export_round_trip_of_a_training_step(rng):
 
 def test_export_for_platforms_without_winrs_holds_xlas_filter_gradient():
     """WinRS's handlers are the CPU's and CUDA's: an export for a TPU (or ROCm) holds XLA's filter gradient and no
-    custom call, as lax's does (it held WinRS's, which no TPU can run); one for the CPU and a TPU holds both."""
+    custom call, as lax's does (it held WinRS's, which no TPU can run); one for the CPU and a TPU holds both, one
+    for the CPU and CUDA WinRS's once."""
     x = jax.ShapeDtypeStruct((4, 10, 10, 3), jnp.float32)
     w = jax.ShapeDtypeStruct((3, 3, 3, 5), jnp.float32)
     dn = ("NHWC", "HWIO", "NHWC")
@@ -151,6 +152,7 @@ def test_export_for_platforms_without_winrs_holds_xlas_filter_gradient():
 
     assert "custom_call" not in module(("tpu",)) and "custom_call" not in module(("rocm",))
     assert "winrs_backward_filter" in module(("cpu", "tpu")) and "winrs_backward_filter" in module(("cuda",))
+    assert module(("cpu", "cuda")).count("custom_call @winrs_backward_filter") == 1  # one rule, no branches
 
 
 @pytest.mark.parametrize("mode", ["model", "winrs"])

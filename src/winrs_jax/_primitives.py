@@ -384,11 +384,14 @@ def _xla_filter_grad_impl(x: jax.Array, dy: jax.Array, **params: Any) -> jax.Arr
     return _filter_grad_impl(x, dy, **{**params, "mode": "xla"})
 
 
-# WinRS's handlers are the CPU's and CUDA's; elsewhere (TPU, ROCm: a jax.export for them, or a run there) XLA's
-# filter gradient, as lax's export would hold.
-for _platform in ("cpu", "cuda"):
-    mlir.register_lowering(filter_grad_p, _lower_filter_grad, platform=_platform)
-mlir.register_lowering(filter_grad_p, mlir.lower_fun(_xla_filter_grad_impl, multiple_results=False))
+# WinRS's handlers are the CPU's and CUDA's; on a TPU or ROCm (a jax.export for them, or a run there) XLA's filter
+# gradient, as lax's export would hold. WinRS's rule is the default one, so that an export for the CPU and CUDA
+# holds it once (jax makes a branch per platform-specific rule, even of the same function).
+mlir.register_lowering(filter_grad_p, _lower_filter_grad)
+for _platform in ("tpu", "rocm"):
+    mlir.register_lowering(
+        filter_grad_p, mlir.lower_fun(_xla_filter_grad_impl, multiple_results=False), platform=_platform
+    )
 # Its lowering holds the data-parallel custom partitioning, which needs the devices (as jax's cuDNN attention).
 jax_dispatch.prim_requires_devices_during_lowering.add(filter_grad_p)
 

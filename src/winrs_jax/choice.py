@@ -194,8 +194,8 @@ class DecisionCache:
                 with os.fdopen(fd, "w") as f:
                     json.dump(data, f)
                 os.replace(tmp, path)
-            except OSError:
-                tmp.unlink(missing_ok=True)  # not left behind where the rename failed
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # not left behind where the write or the rename failed
                 raise
         except OSError as e:
             self._warn_once("write", f"winrs_jax: cannot write the decision cache in {path.parent} ({e})")
@@ -551,7 +551,6 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
     # depthwise bf16 layers took 5-6 s to a first choice on an H100, 4.7 s of it in the first runs of three new
     # programs, two of them XLA's (tools/choice_timing.py). Where the two times differ enough for the count to
     # matter (10x), the choice is plain anyway.
-    start = time.perf_counter()
     failure: Exception | None = None
     winrs_fns: list[Callable[[jax.Array, jax.Array], jax.Array]] = []
     first: Callable[[], jax.Array] | None = None
@@ -565,6 +564,7 @@ def _measure(plan: Plan, layer: Layer, alternatives: tuple[Plan, ...] = ()) -> D
         failure = e
     # XLA's program compiles while WinRS's do (one after the other, the compiles took about half of a bf16 3x3
     # layer's 1.0 s first choice on an H100).
+    start = time.perf_counter()  # (WinRS's repeat count, where it was timed, is auto's own share)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="winrs_jax-compile") as pool:
         loop = _times_by_loop(layer)
         xla_future = pool.submit(repeated_calls, [xla_fn], x, dy, repeats, loop=loop)

@@ -466,7 +466,11 @@ class Plan:
             "WinRS plan"
             + (f": {self.choice} computes the filter gradient" if self.choice else "")
             # (a new user read the lines below as what runs)
-            + ("; below, the WinRS plan it was measured against" if self.choice.startswith("XLA") else ""),
+            + (
+                "; below, the WinRS plan it was measured against"
+                if self.choice.startswith(("XLA (measured", "XLA (cache"))
+                else ""
+            ),
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "
             f"out_grad {self.out_grad_hw[0]}x{self.out_grad_hw[1]}x{self.channels[1]} "
             f"filter {self.filter_hw[0]}x{self.filter_hw[1]}{geometry} pads(t,b,l,r)={self.pads}",
