@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   const Problem& p = args.problem;
   const SegmentGrid& grid = args.grid;
+  // (C::taps > 1: the one-tap kernel compiles the balanced cut out; kept, it spilled a register.)
   const TileScheduler scheduler =
       make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, 1, C::taps > 1 && args.balanced_taps);
   const long long tiles = scheduler.count();
@@ -225,11 +226,11 @@ inline char env_flag(const char* name) {
   const char* value = std::getenv(name);
   return value ? value[0] : '\0';
 }
-// A T-tap tile's filter columns: 3, or 2 for filters two wide. WINRS_JAX_TAP_PAIRS=1 cuts filters four wide
-// into two pairs instead of 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an
-// experiment's switch: 4x4 32:64:256 ran 0.93x of one tap's speed with 3 + 1, thirty-fourth stop).
+// A T-tap tile's filter columns (tap_run_taps). WINRS_JAX_TAP_PAIRS=1 cuts filters four wide into two pairs
+// instead of 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an experiment's switch:
+// 4x4 32:64:256 ran 0.93x of one tap's speed with 3 + 1, thirty-fourth stop).
 inline int tile_taps(const Problem& p) {
-  return p.filter_w == 2 || (p.filter_w == 4 && env_flag("WINRS_JAX_TAP_PAIRS") == '1') ? 2 : 3;
+  return p.filter_w == 4 && env_flag("WINRS_JAX_TAP_PAIRS") == '1' ? 2 : tap_run_taps(int(p.filter_w));
 }
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
@@ -283,8 +284,8 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   OmegaArgs args = mapped;
   // WINRS_JAX_ATOMIC_FOURS=1: atomic adds of four floats (add_fragment_by_fours; an experiment's, to
   // measure).
-  const char* fours = std::getenv("WINRS_JAX_ATOMIC_FOURS");
-  args.atomic_fours = fours && fours[0] == '1' && reinterpret_cast<uintptr_t>(args.filter_grad) % 16 == 0;
+  args.atomic_fours =
+      env_flag("WINRS_JAX_ATOMIC_FOURS") == '1' && reinterpret_cast<uintptr_t>(args.filter_grad) % 16 == 0;
   if constexpr (C::taps > 1) {
     // WINRS_JAX_TAP_BALANCED=1: a row's filter columns cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2) instead of 3 + 3
     // + 1 and 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an experiment's, to

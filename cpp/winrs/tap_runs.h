@@ -27,6 +27,9 @@ namespace winrs {
 inline constexpr int kTapRunUnits = 64;  // units per step
 inline constexpr int kTapRunBlock = 16;  // units per K-block (k16)
 
+// A T-tap tile's filter columns: 3, or 2 for filters two wide.
+WINRS_HD constexpr int tap_run_taps(int filter_w) { return filter_w == 2 ? 2 : 3; }
+
 // Steps of T-tap runs over a batch: images per box, positions per step, boxes of images per position, and
 // steps of X alone at the top of a run (T - 1 positions, in whole steps).
 struct TapRunShape {

@@ -468,7 +468,7 @@ class Plan:
             # (a new user read the lines below as what runs)
             + (
                 "; below, the WinRS plan it was measured against"
-                if self.choice.startswith(("XLA (measured", "XLA (cache"))
+                if self.choice and self.mode == "auto" and not self.runs_winrs
                 else ""
             ),
             f"  problem    N={self.batch} input {self.input_hw[0]}x{self.input_hw[1]}x{self.channels[0]} "

@@ -33,7 +33,7 @@ void fail(const Layer& l, const char* what, int a = 0, int b = 0) {
 
 // Replays kernel `kernel` of the layer's plan on the T-tap tiles for `sms` SMs, counting terms into `count`.
 void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
-  const int taps = l.taps ? l.taps : l.filter_w == 2 ? 2 : 3;
+  const int taps = l.taps ? l.taps : winrs::tap_run_taps(l.filter_w);
   Problem p{l.batch,
             l.out_h,
             l.out_w,
@@ -140,7 +140,7 @@ int main() {
     for (int filter_w : {2, 3, 4, 5, 7})
       for (int out_w : {14, 15, 16, 17, 20, 34, 40})
         for (int pad_left : {0, 1, filter_w - 1}) {
-          const int taps = filter_w == 2 ? 2 : 3, positions = batch < 64 ? 64 / batch : 1;
+          const int taps = winrs::tap_run_taps(filter_w), positions = batch < 64 ? 64 / batch : 1;
           const int reach = (taps - 1 + positions - 1) / positions;
           if (out_w % positions != 0 ||
               winrs::tap_run_steps_per_x_step(filter_w, taps) * reach > out_w / positions)
