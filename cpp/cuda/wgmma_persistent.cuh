@@ -226,23 +226,23 @@ inline char env_flag(const char* name) {
   const char* value = std::getenv(name);
   return value ? value[0] : '\0';
 }
-// A T-tap tile's filter columns (tap_run_taps). WINRS_JAX_TAP_PAIRS=1 cuts filters four wide into two pairs
-// instead of 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an experiment's switch:
-// 4x4 32:64:256 ran 0.93x of one tap's speed with 3 + 1, thirty-fourth stop).
-inline int tile_taps(const Problem& p) {
-  return p.filter_w == 4 && env_flag("WINRS_JAX_TAP_PAIRS") == '1' ? 2 : tap_run_taps(int(p.filter_w));
+// The T-tap tiles' rules (winrs/tap_runs.h, TapRunRules) as the experiments' switches set them:
+// WINRS_JAX_TAP_RUNS=2 drops the row length (to measure where it should lie), WINRS_JAX_TAP_BALANCED=0 cuts
+// filters 3k + 1 wide 3 + 1 and 3 + 3 + 1 (to compare with the even cut).
+inline TapRunRules tap_run_rules() {
+  return TapRunRules{env_flag("WINRS_JAX_TAP_RUNS") != '2', env_flag("WINRS_JAX_TAP_BALANCED") != '0'};
 }
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
 // kernel `kernel` of the grid's pair, or 0 for that block: T = 3 taps (2 for filters two wide) where they fit
 // (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
 // pair up (no more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves
-// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); WINRS_JAX_TAP_RUNS=2 drops the
-// rule's row length (to measure where it should lie).
+// one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); tap_run_rules for the others.
 inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
   if (env_flag("WINRS_JAX_PERSISTENT") == '0') return 0;
-  const char tap_runs = env_flag("WINRS_JAX_TAP_RUNS");
-  if (tap_runs != '0' && tap_runs_fit(p, grid, kernel, tile_taps(p), tap_runs != '2')) return tile_taps(p);
+  const int taps = tap_run_taps(int(p.filter_w));
+  if (env_flag("WINRS_JAX_TAP_RUNS") != '0' && tap_runs_fit(p, grid, kernel, taps, tap_run_rules()))
+    return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
@@ -250,9 +250,9 @@ inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel
 // of 32 (tap_run_even_split), or `grid` where there is no such split (the persistent block's switches as
 // above).
 inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, int kernel) {
-  const char tap_runs = env_flag("WINRS_JAX_TAP_RUNS");
-  if (kernel != 0 || env_flag("WINRS_JAX_PERSISTENT") == '0' || tap_runs == '0') return grid;
-  return tap_run_even_split(p, grid, tile_taps(p), tap_runs != '2');
+  if (kernel != 0 || env_flag("WINRS_JAX_PERSISTENT") == '0' || env_flag("WINRS_JAX_TAP_RUNS") == '0')
+    return grid;
+  return tap_run_even_split(p, grid, tap_run_taps(int(p.filter_w)), tap_run_rules());
 }
 
 // Whether the persistent block can take a launch: one problem, chains of one link, dW and the workspace
@@ -287,10 +287,8 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   args.atomic_fours =
       env_flag("WINRS_JAX_ATOMIC_FOURS") == '1' && reinterpret_cast<uintptr_t>(args.filter_grad) % 16 == 0;
   if constexpr (C::taps > 1) {
-    // WINRS_JAX_TAP_BALANCED=1: a row's filter columns cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2) instead of 3 + 3
-    // + 1 and 3 + 1, whose tile of one tap copies a full step for a third of the MMAs (an experiment's, to
-    // measure; where the T-tap tiles run today, the row-length rule unchanged).
-    args.balanced_taps = env_flag("WINRS_JAX_TAP_BALANCED") == '1' && args.problem.filter_w % C::taps == 1;
+    // Filters 3k + 1 wide cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2; tap_run_ends_in_one_tap).
+    args.balanced_taps = tap_run_balanced_cut(int(args.problem.filter_w), C::taps, tap_run_rules());
     // WINRS_JAX_TAP_RUN_OVERHEAD: the grid's cost of a tile's start and output, in steps (an experiment's).
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =

@@ -99,25 +99,47 @@ WINRS_HD constexpr TapXPlace tap_x_place(int taps, int positions, int sub, int j
   return TapXPlace{reach - shift / positions, shift % positions * images + first % images};
 }
 
+// Filters 3k + 1 wide, whose row cut into tiles of three taps ends in a tile of one tap (3 + 1, 3 + 3 + 1):
+// that tile copies a full step for a third of the MMAs. By default their rows are cut evenly instead (4 = 2 +
+// 2, 7 = 3 + 2 + 2; TileScheduler::balanced_width): against 3 + 1, 4x4 64:56:128 0.226 -> 0.175 ms and
+// 128:28:256 0.451 -> 0.335; 7x7 layers even (bf16, H200, thirty-fifth stop).
+WINRS_HD constexpr bool tap_run_ends_in_one_tap(int filter_w, int taps) {
+  return taps == 3 && filter_w % 3 == 1;
+}
+
+// The rules that pick where the T-tap tiles run, as shipped; experiments' switches set them otherwise
+// (cuda/wgmma_persistent.cuh, tap_run_rules): `length_rule` false drops the row length
+// (WINRS_JAX_TAP_RUNS=2), `balanced` false cuts rows 3 + 1 (WINRS_JAX_TAP_BALANCED=0).
+struct TapRunRules {
+  bool length_rule = true;
+  bool balanced = true;
+};
+// Whether a tile scheduler cuts a row's taps evenly (TileScheduler::balanced_width).
+constexpr bool tap_run_balanced_cut(int filter_w, int taps, TapRunRules rules) {
+  return rules.balanced && tap_run_ends_in_one_tap(filter_w, taps);
+}
+
 // How many steps a run needs per step of X alone at its top for the T-tap tiles to pay: 7, or 8 where the
-// filter's last tile has one tap (3k + 1 columns: that tile copies a full step for a third of the MMAs).
-// Against one tap, T = 3 ran 1.17-2.6x faster on nine bf16 layers of rows from 17 to 16000 positions
-// (thirty-second stop), and at 7-7.5 steps per step of X alone 1.45x (3x3 32:14:1024), 1.32x (3x3 128:15:256)
-// and 0.98x (3x3 128:14:256), where a 7x7 filter (3 + 3 + 1 columns; 64:14:256) ran 0.92x and at 3.5 (3x3
-// 128:7:512) 0.92x (H200, 2026-11-28; docs/benchmarks.md, thirty-third stop).
-inline int tap_run_steps_per_x_step(int filter_w, int taps) { return taps == 3 && filter_w % 3 == 1 ? 8 : 7; }
+// filter's last tile has one tap (3 + 1 cuts, not by default). Against one tap, T = 3 ran 1.17-2.6x faster on
+// nine bf16 layers of rows from 17 to 16000 positions (thirty-second stop), and at 7-7.5 steps per step of X
+// alone 1.45x (3x3 32:14:1024), 1.32x (3x3 128:15:256) and 0.98x (3x3 128:14:256), where a 7x7 filter (3 + 3
+// + 1 columns; 64:14:256) ran 0.92x and at 3.5 (3x3 128:7:512) 0.92x (H200, 2026-11-28; docs/benchmarks.md,
+// thirty-third stop).
+inline int tap_run_steps_per_x_step(int filter_w, int taps, TapRunRules rules = {}) {
+  return tap_run_ends_in_one_tap(filter_w, taps) && !rules.balanced ? 8 : 7;
+}
 
 // Whether the T-tap tiles take kernel `kernel` (0: the primary columns, 1: the residual column) of a plan:
 // atomic sums (the tiles cut segments of their own: tap_run_grid), unstrided, filters at least two wide, and
-// rows long enough (tap_run_steps_per_x_step; `length_rule` false drops it, an experiment's switch:
-// WINRS_JAX_TAP_RUNS=2); at a batch of 32 (two positions a step), rows of an even width (else a run's last
-// unit, past its end, meets real X with zero dY, and an infinite X makes NaN where the true sum is finite).
+// rows long enough (tap_run_steps_per_x_step, unless `rules` drop the length); at a batch of 32 (two
+// positions a step), rows of an even width (else a run's last unit, past its end, meets real X with zero dY,
+// and an infinite X makes NaN where the true sum is finite).
 inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps,
-                         bool length_rule = true) {
+                         TapRunRules rules = {}) {
   const TapRunShape shape = tap_run_shape(p.batch, taps);
   const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
   const int run_steps = (width + shape.positions - 1) / shape.positions;
-  const int steps_per_x_step = length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps) : 0;
+  const int steps_per_x_step = rules.length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps, rules) : 0;
   return p.filter_w >= 2 && !p.strided() && grid.atomic && steps_per_x_step * shape.reach <= run_steps &&
          width > 0 && width % shape.positions == 0;
 }
@@ -125,16 +147,18 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 // At a batch of 32 (two positions a step) the T-tap tiles take rows of an even width only (tap_runs_fit).
 // Where kernel 0 covers every column of an odd width, the grid with its last column split off as a residual
 // column (kernel 1, one-tap tiles in a launch of their own) if the T-tap tiles then take the rest; else the
-// grid as planned. Measured against one tap (bf16, H200, thirty-fourth stop): the paper's 2x2 32:128:128
-// (rows of 127) 0.185 vs 0.280 ms, 6x6 32:64:256 (63) 0.831 vs 1.130, 8x8 32:32:256 (31) 0.495 vs 0.504; but
-// 4x4 32:64:256 (63) 0.623 vs 0.582, so filters 3k + 1 wide (a last tile of one tap) keep one tap.
+// grid as planned. Measured against one tap (bf16, H200): the paper's 2x2 32:128:128 (rows of 127) 0.185 vs
+// 0.280 ms, 6x6 32:64:256 (63) 0.831 vs 1.130, 8x8 32:32:256 (31) 0.495 vs 0.504 (thirty-fourth stop); 4x4
+// 32:64:256 (63) 0.526 vs 0.659 cut 2 + 2 (thirty-fifth), but 0.623 vs 0.582 cut 3 + 1 (thirty-fourth), so
+// rows cut so keep one tap.
 inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid, int taps,
-                                      bool length_rule = true) {
+                                      TapRunRules rules = {}) {
   SegmentGrid split = grid;
   if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && grid.out_w > 1 &&
-      tap_run_shape(p.batch, taps).positions == 2 && !(taps == 3 && p.filter_w % 3 == 1))
+      tap_run_shape(p.batch, taps).positions == 2 &&
+      !(tap_run_ends_in_one_tap(int(p.filter_w), taps) && !rules.balanced))
     split.width0 = grid.out_w - 1;
-  return tap_runs_fit(p, split, 0, taps, length_rule) ? split : grid;
+  return tap_runs_fit(p, split, 0, taps, rules) ? split : grid;
 }
 
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts

@@ -16,11 +16,10 @@ using winrs::SegmentGrid;
 
 struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
-  int width0 = 0;           // the primary columns' width (0: all of them, no residual column)
-  bool length_rule = true;  // false: as under WINRS_JAX_TAP_RUNS=2 (rows of any length)
-  bool split = false;       // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
-  int taps = 0;             // a tile's filter columns (0: 3, 2 for filters two wide; WINRS_JAX_TAP_PAIRS: 2)
-  bool balanced = false;    // a row's filter columns cut evenly (WINRS_JAX_TAP_BALANCED: 7 = 3 + 2 + 2)
+  int width0 = 0;            // the primary columns' width (0: all of them, no residual column)
+  bool split = false;        // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
+  winrs::TapRunRules rules;  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
+                             // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
 };
 
 int failures = 0;
@@ -33,7 +32,8 @@ void fail(const Layer& l, const char* what, int a = 0, int b = 0) {
 
 // Replays kernel `kernel` of the layer's plan on the T-tap tiles for `sms` SMs, counting terms into `count`.
 void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
-  const int taps = l.taps ? l.taps : winrs::tap_run_taps(l.filter_w);
+  const int taps = winrs::tap_run_taps(l.filter_w);
+  const bool balanced = winrs::tap_run_balanced_cut(l.filter_w, taps, l.rules);
   Problem p{l.batch,
             l.out_h,
             l.out_w,
@@ -51,7 +51,7 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   // The planner's one-tap cut: columns of one position, all rows in one band (tap_run_grid replaces it).
   SegmentGrid planned{l.out_h, l.out_w, 1, l.out_h, 1, width0, 1, true, l.batch, 1};
   if (l.split) {
-    planned = winrs::tap_run_even_split(p, planned, taps, l.length_rule);
+    planned = winrs::tap_run_even_split(p, planned, taps, l.rules);
     if (planned.width0 != l.out_w - 1) return fail(l, "the last column apart", planned.width0);
     if (kernel == 1) {  // one-tap tiles on the last column: every unit of their segments, once per tap
       const winrs::TileScheduler one_tap = winrs::make_scheduler(p, planned, 1, 1, 128, 128);
@@ -68,18 +68,17 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
       return;
     }
   }
-  if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.length_rule))
+  if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.rules))
     return fail(l, "the layer should fit", kernel, taps);
   const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
-  const winrs::TileScheduler scheduler =
-      winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, l.balanced);
+  const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, balanced);
   for (long long index = 0; index < scheduler.count(); ++index) {
     const winrs::WorkTile work = scheduler.tile(index);
     const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
     const winrs::TapRunWalk runs(p, work, walk, taps);
     const winrs::TapRunShape& shape = runs;
     if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
-    if (l.balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
+    if (balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
     if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
     // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
     // X).
@@ -156,12 +155,12 @@ int main() {
       for (int out_w = 2; out_w <= 13; out_w += batch == 32 ? 2 : 1) {
         ++layers;
         Layer l{batch, 2, out_w, 3, filter_w, 1, filter_w / 2};
-        l.length_rule = false;
+        l.rules.length_rule = false;
         check(l);
       }
   // A batch of 32 on rows of an odd width: T-tap tiles on all columns but the last (tap_run_even_split), as
-  // the paper's 2x2, 6x6 and 8x8 layers (rows of 127, 63 and 31) run.
-  for (int filter_w : {2, 3, 5, 6, 8})
+  // the paper's 2x2, 4x4, 6x6 and 8x8 layers (rows of 127, 63, 63 and 31) run.
+  for (int filter_w : {2, 3, 4, 5, 6, 7, 8})
     for (int out_w : {17, 21, 63})
       for (int pad_left : {0, 1, filter_w - 1}) {
         ++layers;
@@ -169,49 +168,45 @@ int main() {
         l.split = true;
         check(l);
       }
-  // Filters four wide as two pairs (WINRS_JAX_TAP_PAIRS=1), split at a batch of 32 on odd rows too.
-  for (int batch : {32, 64, 128})
-    for (int out_w : {14, 20, 21, 63})
-      for (int pad_left : {0, 1, 3}) {
-        if (batch > 32 && out_w % 2 == 1) continue;
-        ++layers;
-        Layer l{batch, 3, out_w, 3, 4, 1, pad_left};
-        l.taps = 2;
-        l.split = out_w % 2 == 1;
-        check(l);
-      }
-  // Filters 3k + 1 wide cut evenly (WINRS_JAX_TAP_BALANCED=1: 4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2).
-  for (int batch : {32, 64, 128})
-    for (int filter_w : {4, 7, 10})
-      for (int out_w : {16, 20, 34})
-        for (int pad_left : {0, 1, filter_w - 1}) {
-          ++layers;
-          Layer l{batch, 3, out_w, 3, filter_w, 1, pad_left};
-          l.balanced = true;
-          check(l);
-        }
+  // Filters 3k + 1 wide cut evenly (4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2), and 3 + 1, 3 + 3 + 1 and
+  // 3 + 3 + 3 + 1 (WINRS_JAX_TAP_BALANCED=0).
+  for (bool balanced : {true, false})
+    for (int batch : {32, 64, 128})
+      for (int filter_w : {4, 7, 10})
+        for (int out_w : {16, 20, 34})
+          for (int pad_left : {0, 1, filter_w - 1}) {
+            ++layers;
+            Layer l{batch, 3, out_w, 3, filter_w, 1, pad_left};
+            l.rules.balanced = balanced;
+            check(l);
+          }
   // A residual column of its own (kernel 1) wide enough for runs: 20 primary columns and 18 more.
   for (int batch : {32, 64}) {
     ++layers;
     check(Layer{batch, 2, 38, 3, 3, 1, 1, 20});
   }
-  // The row-length rule (tap_run_steps_per_x_step): 7 steps per step of X alone, 8 for filters 3k + 1 wide.
-  const auto fits = [](int batch, int width, int filter_w) {
+  // The row-length rule (tap_run_steps_per_x_step): 7 steps per step of X alone, 8 for filters 3k + 1 wide
+  // cut 3 + 1.
+  const auto fits = [](int batch, int width, int filter_w, bool balanced = true) {
     const Problem p{
         batch, 2, width, 128, 2, width, 128, 3, filter_w, 1, 1, filter_w / 2, filter_w - 1 - filter_w / 2};
-    return winrs::tap_runs_fit(p, SegmentGrid{2, width, 1, 2, 1, width, 1, true, batch, 1}, 0, 3);
+    return winrs::tap_runs_fit(p, SegmentGrid{2, width, 1, 2, 1, width, 1, true, batch, 1}, 0, 3,
+                               winrs::TapRunRules{true, balanced});
   };
-  if (!fits(32, 14, 3) || !fits(128, 14, 3) || fits(128, 13, 3) || fits(32, 12, 3) || fits(64, 14, 7) ||
-      !fits(64, 16, 7) || fits(64, 15, 4) || !fits(64, 14, 5)) {
+  if (!fits(32, 14, 3) || !fits(128, 14, 3) || fits(128, 13, 3) || fits(32, 12, 3) || !fits(64, 14, 7) ||
+      fits(64, 13, 7) || !fits(64, 14, 4) || !fits(64, 14, 5) || fits(64, 14, 7, false) ||
+      !fits(64, 16, 7, false) || fits(64, 15, 4, false)) {
     std::printf("FAILED: the row-length rule\n");
     ++failures;
   }
   // A layer that must not fit: a batch of 32 on rows of an odd width (but with the last column apart); nor
   // split: rows too short once split (13: 6 steps of 2, under the 7 steps of a 3-wide filter), and a filter
-  // 3k + 1 wide (4: measured slower so).
+  // 3k + 1 wide cut 3 + 1 (4: measured slower so; cut 2 + 2 by default, split).
   // A row of one position splits into nothing (under WINRS_JAX_TAP_RUNS=2, no length rule): not at all.
   const Problem one{32, 2, 1, 128, 2, 1, 128, 3, 3, 1, 1, 1, 1};
-  if (winrs::tap_run_even_split(one, SegmentGrid{2, 1, 1, 2, 1, 1, 1, true, 32, 1}, 3, false).width0 != 1) {
+  if (winrs::tap_run_even_split(one, SegmentGrid{2, 1, 1, 2, 1, 1, 1, true, 32, 1}, 3,
+                                winrs::TapRunRules{false, true})
+          .width0 != 1) {
     std::printf("FAILED: a row of one position split\n");
     ++failures;
   }
@@ -222,7 +217,8 @@ int main() {
       short_grid{2, 13, 1, 2, 1, 13, 1, true, 32, 1};
   if (winrs::tap_runs_fit(odd, odd_grid, 0, 3) || winrs::tap_run_even_split(odd, odd_grid, 3).width0 != 32 ||
       winrs::tap_run_even_split(short_odd, short_grid, 3).width0 != 13 ||
-      winrs::tap_run_even_split(four, odd_grid, 3).width0 != 33) {
+      winrs::tap_run_even_split(four, odd_grid, 3).width0 != 32 ||
+      winrs::tap_run_even_split(four, odd_grid, 3, winrs::TapRunRules{true, false}).width0 != 33) {
     std::printf("FAILED: a batch of 32 on rows of 33 positions fits, or its split\n");
     ++failures;
   }
