@@ -545,14 +545,16 @@ def test_batch_32_layers_on_odd_rows_are_measured_again_after_their_tiles_change
     """At a batch of 32 on rows of an odd width the T-tap tiles take all columns but the last since the
     thirty-fourth stop (tap_run_even_split), filters 3k + 1 wide too since the thirty-fifth (cut evenly, 4 = 2 +
     2, where they had kept one tap): those layers' keys say so, and those of filters 3k + 1 wide say their new
-    cut; not even rows nor rows too short once split (13: 6 steps of two positions, under the rule's 7)."""
-    for width, filter_w in ((17, 3), (18, 4), (18, 3), (15, 3), (20, 7)):  # rows of 15, 15, 16, 13 and 14
+    cut; not even rows nor rows too short once split (13: 6 steps of two positions, under the rule's 7; 15 at
+    widths 3k + 1: 7, under their 8)."""
+    layers = ((17, 3), (20, 4), (23, 7), (18, 3), (15, 3), (18, 4), (20, 7))  # rows of 15, 17, 17, 16, 13, 15, 14
+    for width, filter_w in layers:
         lhs = jnp.ones((32, 6, width, 128), jnp.bfloat16)
         rhs = jnp.ones((3, filter_w, 128, 128), jnp.bfloat16)
         winrs_jax.plan(lhs, rhs, (1, 1), "VALID", dimension_numbers=NHWC)
     keys = [json.loads(choice.layer_key(measured.plan, measured.layer)) for measured in auto]
-    assert [key.get("odd_rows_split", False) for key in keys] == [True, True, False, False, False]
-    assert [key.get("tap_runs") for key in keys] == [2, 3, 2, 2, 3]
+    assert [key.get("odd_rows_split", False) for key in keys] == [True, True, True, False, False, False, False]
+    assert [key.get("tap_runs") for key in keys] == [2, 3, 3, 2, 2, 3, 3]
 
 
 def test_the_measurement_runs_the_callers_layout(monkeypatch):

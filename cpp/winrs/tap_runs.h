@@ -101,8 +101,9 @@ WINRS_HD constexpr TapXPlace tap_x_place(int taps, int positions, int sub, int j
 
 // Filters 3k + 1 wide, whose row cut into tiles of three taps ends in a tile of one tap (3 + 1, 3 + 3 + 1):
 // that tile copies a full step for a third of the MMAs. By default their rows are cut evenly instead (4 = 2 +
-// 2, 7 = 3 + 2 + 2; TileScheduler::balanced_width): against 3 + 1, 4x4 64:56:128 0.226 -> 0.175 ms and
-// 128:28:256 0.451 -> 0.335; 7x7 layers even (bf16, H200, thirty-fifth stop).
+// 2, 7 = 3 + 2 + 2; TileScheduler::balanced_width): against 3 + 1, 4x4 64:56:128 0.220 -> 0.176 ms and
+// 128:28:256 0.434 -> 0.330; 1D k=7 32:8192:512 1.494 -> 1.514 (bf16, H200, thirty-fifth stop). One rule
+// for both: the 7-wide cut's 1.3% is within two runs' noise.
 WINRS_HD constexpr bool tap_run_ends_in_one_tap(int filter_w, int taps) {
   return taps == 3 && filter_w % 3 == 1;
 }
@@ -119,14 +120,14 @@ constexpr bool tap_run_balanced_cut(int filter_w, int taps, TapRunRules rules) {
   return rules.balanced && tap_run_ends_in_one_tap(filter_w, taps);
 }
 
-// How many steps a run needs per step of X alone at its top for the T-tap tiles to pay: 7, or 8 where the
-// filter's last tile has one tap (3 + 1 cuts, not by default). Against one tap, T = 3 ran 1.17-2.6x faster on
-// nine bf16 layers of rows from 17 to 16000 positions (thirty-second stop), and at 7-7.5 steps per step of X
-// alone 1.45x (3x3 32:14:1024), 1.32x (3x3 128:15:256) and 0.98x (3x3 128:14:256), where a 7x7 filter (3 + 3
-// + 1 columns; 64:14:256) ran 0.92x and at 3.5 (3x3 128:7:512) 0.92x (H200, 2026-11-28; docs/benchmarks.md,
-// thirty-third stop).
-inline int tap_run_steps_per_x_step(int filter_w, int taps, TapRunRules rules = {}) {
-  return tap_run_ends_in_one_tap(filter_w, taps) && !rules.balanced ? 8 : 7;
+// How many steps a run needs per step of X alone at its top for the T-tap tiles to pay: 7, or 8 for filters
+// 3k + 1 wide. Against one tap, T = 3 ran 1.17-2.6x faster on nine bf16 layers of rows from 17 to 16000
+// positions (thirty-second stop), and at 7-7.5 steps per step of X alone 1.45x (3x3 32:14:1024), 1.32x (3x3
+// 128:15:256) and 0.98x (3x3 128:14:256), where a 7x7 filter (64:14:256) ran 0.92x cut 3 + 3 + 1
+// (thirty-third stop) and 0.93x cut 3 + 2 + 2 (thirty-fifth), and at 3.5 (3x3 128:7:512) 0.92x (H200,
+// 2026-11-28; docs/benchmarks.md).
+inline int tap_run_steps_per_x_step(int filter_w, int taps) {
+  return tap_run_ends_in_one_tap(filter_w, taps) ? 8 : 7;
 }
 
 // Whether the T-tap tiles take kernel `kernel` (0: the primary columns, 1: the residual column) of a plan:
@@ -139,7 +140,7 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
   const TapRunShape shape = tap_run_shape(p.batch, taps);
   const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
   const int run_steps = (width + shape.positions - 1) / shape.positions;
-  const int steps_per_x_step = rules.length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps, rules) : 0;
+  const int steps_per_x_step = rules.length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps) : 0;
   return p.filter_w >= 2 && !p.strided() && grid.atomic && steps_per_x_step * shape.reach <= run_steps &&
          width > 0 && width % shape.positions == 0;
 }
@@ -149,7 +150,7 @@ inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, 
 // column (kernel 1, one-tap tiles in a launch of their own) if the T-tap tiles then take the rest; else the
 // grid as planned. Measured against one tap (bf16, H200): the paper's 2x2 32:128:128 (rows of 127) 0.185 vs
 // 0.280 ms, 6x6 32:64:256 (63) 0.831 vs 1.130, 8x8 32:32:256 (31) 0.495 vs 0.504 (thirty-fourth stop); 4x4
-// 32:64:256 (63) 0.526 vs 0.659 cut 2 + 2 (thirty-fifth), but 0.623 vs 0.582 cut 3 + 1 (thirty-fourth), so
+// 32:64:256 (63) 0.516 vs 0.633 cut 2 + 2 (thirty-fifth), but 0.623 vs 0.582 cut 3 + 1 (thirty-fourth), so
 // rows cut so keep one tap.
 inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid, int taps,
                                       TapRunRules rules = {}) {

@@ -186,16 +186,16 @@ int main() {
     check(Layer{batch, 2, 38, 3, 3, 1, 1, 20});
   }
   // The row-length rule (tap_run_steps_per_x_step): 7 steps per step of X alone, 8 for filters 3k + 1 wide
-  // cut 3 + 1.
+  // however cut.
   const auto fits = [](int batch, int width, int filter_w, bool balanced = true) {
     const Problem p{
         batch, 2, width, 128, 2, width, 128, 3, filter_w, 1, 1, filter_w / 2, filter_w - 1 - filter_w / 2};
     return winrs::tap_runs_fit(p, SegmentGrid{2, width, 1, 2, 1, width, 1, true, batch, 1}, 0, 3,
                                winrs::TapRunRules{true, balanced});
   };
-  if (!fits(32, 14, 3) || !fits(128, 14, 3) || fits(128, 13, 3) || fits(32, 12, 3) || !fits(64, 14, 7) ||
-      fits(64, 13, 7) || !fits(64, 14, 4) || !fits(64, 14, 5) || fits(64, 14, 7, false) ||
-      !fits(64, 16, 7, false) || fits(64, 15, 4, false)) {
+  if (!fits(32, 14, 3) || !fits(128, 14, 3) || fits(128, 13, 3) || fits(32, 12, 3) || fits(64, 14, 7) ||
+      !fits(64, 16, 7) || fits(64, 15, 4) || !fits(64, 14, 5) || fits(64, 14, 7, false) ||
+      !fits(64, 16, 7, false)) {
     std::printf("FAILED: the row-length rule\n");
     ++failures;
   }
