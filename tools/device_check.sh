@@ -39,9 +39,6 @@ for stage in "$@"; do
       grep -E "FAILED|failures" "$OUT/kernel-check-one-tile.log" | tail -30
       WINRS_JAX_TAP_RUNS=0 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-one-tap.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-one-tap.log" | tail -30
-      # The persistent block's atomic adds of four floats (an experiment's switch, add_fragment_by_fours).
-      WINRS_JAX_ATOMIC_FOURS=1 "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-atomic-fours.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-atomic-fours.log" | tail -30
       # Filters 3k + 1 wide cut 3 + 1 and 3 + 3 + 1 (an experiment's switch, winrs/tap_runs.h, TapRunRules).
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;

@@ -31,9 +31,8 @@ struct OmegaArgs {
   DepthView depth;
   // The TMA's maps of dY and X (tma.cuh) for the kernels that stage by it; set by their launch.
   CUtensorMap grad_map, input_map;
-  // The persistent block's atomic adds four floats at a time, and its T-tap tiles' balanced cut of a row's
-  // filter columns (wgmma_persistent.cuh, winrs/schedule.h; set by its launch).
-  bool atomic_fours = false;
+  // The persistent block's T-tap tiles cut a row's filter columns evenly (wgmma_persistent.cuh,
+  // winrs/schedule.h; set by its launch).
   bool balanced_taps = false;
 };
 

@@ -89,35 +89,6 @@ __device__ __forceinline__ void write_fragment(const float* acc, float* bucket, 
   }
 }
 
-// write_fragment's atomic adds four columns at a time (RED.ADD.F32x4: half the float2 form's requests to L2,
-// where a wave of tiles ending together adds its output): lanes t and t ^ 1 swap a pair, so that an even lane
-// holds four consecutive columns of its row g and an odd one of row g + 8. dW 16-byte aligned (the launch
-// checks it); input channels come in multiples of 8, so a group of 8 columns is in range whole, for all lanes
-// alike.
-template <int Accumulators>
-__device__ __forceinline__ void add_fragment_by_fours(const float* acc, float* dw, const Problem& p,
-                                                      const WorkTile& work, int warp, int lane) {
-  const int out_c = int(p.out_c), in_c = int(p.in_c);
-  const int g = lane >> 2, t = lane & 3, odd = t & 1;
-  const int oc = work.oc0 + 16 * warp + 8 * odd + g;
-  const long long row = tile_offset(p, work, oc) + 2 * (t - odd);
-#pragma unroll
-  for (int j = 0; j < Accumulators / 4; ++j) {
-    if (work.ic0 + 8 * j >= in_c) break;
-    // Even lanes give their row g + 8 pair, odd ones their row g pair.
-    const float give_x = odd ? acc[4 * j] : acc[4 * j + 2], give_y = odd ? acc[4 * j + 1] : acc[4 * j + 3];
-    const float got_x = __shfl_xor_sync(0xffffffffu, give_x, 1),
-                got_y = __shfl_xor_sync(0xffffffffu, give_y, 1);
-    const float4 v = odd ? make_float4(got_x, got_y, acc[4 * j + 2], acc[4 * j + 3])
-                         : make_float4(acc[4 * j], acc[4 * j + 1], got_x, got_y);
-    if (oc < out_c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float4*>(dw + row + 8 * j), v);
-#endif
-    }
-  }
-}
-
 template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_kernel(const __grid_constant__ OmegaArgs args) {
@@ -212,11 +183,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       if (j >= plan.taps) return;
       WorkTile column = work;
       column.f0 += j;
-      if (args.atomic_fours && grid.atomic) {
-        add_fragment_by_fours<per_tap>(gemm.column(j), bucket, p, column, warp, lane);
-      } else {
-        write_fragment<per_tap>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
-      }
+      write_fragment<per_tap>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
     });
   }
 }
@@ -282,10 +249,6 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
     sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
   OmegaArgs args = mapped;
-  // WINRS_JAX_ATOMIC_FOURS=1: atomic adds of four floats (add_fragment_by_fours; an experiment's, to
-  // measure).
-  args.atomic_fours =
-      env_flag("WINRS_JAX_ATOMIC_FOURS") == '1' && reinterpret_cast<uintptr_t>(args.filter_grad) % 16 == 0;
   if constexpr (C::taps > 1) {
     // Filters 3k + 1 wide cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2; tap_run_ends_in_one_tap).
     args.balanced_taps = tap_run_balanced_cut(int(args.problem.filter_w), C::taps, tap_run_rules());
