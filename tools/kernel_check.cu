@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
                             Layer{batch, 4, 7, 2, filter_w});
     }
     // The persistent block's T-tap tiles (16 bits on Hopper; atomic plans, rows of at least seven steps per
-    // step of X alone, of an even width at a batch of 32: wgmma_persistent.cuh, tap_runs.cuh): three taps (3;
+    // step of X alone, eight for widths 3k + 1, of an even width at a batch of 32: wgmma_persistent.cuh,
+    // tap_runs.cuh): three taps (3;
     // 6 = 3 + 3, 5 = 3 + 2 columns; 4 = 2 + 2 and 7 = 3 + 2 + 2 cut evenly, 3 + 1 and 3 + 3 + 1 under
     // WINRS_JAX_TAP_BALANCED=0), two (width 2); batches of 64, 128 and 192 (parts of 64 images, tap_run_grid)
     // and 32 (two positions a step); partial channel panels; the shortest rows that take them (14 at batches

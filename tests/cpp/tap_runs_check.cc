@@ -16,10 +16,10 @@ using winrs::SegmentGrid;
 
 struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
-  int width0 = 0;            // the primary columns' width (0: all of them, no residual column)
-  bool split = false;        // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
-  winrs::TapRunRules rules;  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
-                             // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
+  int width0 = 0;              // the primary columns' width (0: all of them, no residual column)
+  bool split = false;          // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
+  winrs::TapRunRules rules{};  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
+                               // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
 };
 
 int failures = 0;
@@ -149,15 +149,18 @@ int main() {
           check(Layer{batch, 1, out_w, 1, filter_w, 0, pad_left});  // a 1D layer: columns cut by SMs
         }
   // Rows of any length, as the experiment switch WINRS_JAX_TAP_RUNS=2 runs them (runs shorter than their
-  // steps of X alone).
-  for (int batch : {32, 64, 128})
-    for (int filter_w : {2, 3, 4, 7})
-      for (int out_w = 2; out_w <= 13; out_w += batch == 32 ? 2 : 1) {
-        ++layers;
-        Layer l{batch, 2, out_w, 3, filter_w, 1, filter_w / 2};
-        l.rules.length_rule = false;
-        check(l);
-      }
+  // steps of X alone), filters 3k + 1 wide cut evenly and (WINRS_JAX_TAP_BALANCED=0) 3 + 1.
+  for (bool balanced : {true, false})
+    for (int batch : {32, 64, 128})
+      for (int filter_w : {2, 3, 4, 7})
+        for (int out_w = 2; out_w <= 13; out_w += batch == 32 ? 2 : 1) {
+          if (!balanced && filter_w % 3 != 1) continue;
+          ++layers;
+          Layer l{batch, 2, out_w, 3, filter_w, 1, filter_w / 2};
+          l.rules.length_rule = false;
+          l.rules.balanced = balanced;
+          check(l);
+        }
   // A batch of 32 on rows of an odd width: T-tap tiles on all columns but the last (tap_run_even_split), as
   // the paper's 2x2, 4x4, 6x6 and 8x8 layers (rows of 127, 63, 63 and 31) run.
   for (int filter_w : {2, 3, 4, 5, 6, 7, 8})
@@ -215,6 +218,27 @@ int main() {
       four{32, 2, 33, 128, 2, 33, 128, 3, 4, 1, 1, 1, 2};
   const SegmentGrid odd_grid{2, 33, 1, 2, 1, 33, 1, true, 32, 1},
       short_grid{2, 13, 1, 2, 1, 13, 1, true, 32, 1};
+  // At a batch of 32, filters 3k + 1 wide split rows of 17 (8 steps of two positions after the split), not
+  // rows of 15 (7, under their rule's 8); 3 wide, rows of 15 (the choice's cache key restates this:
+  // src/winrs_jax/choice.py, layer_key's odd_rows_split).
+  struct SplitCase {
+    int filter_w, out_w;
+    bool splits;
+  };
+  for (const SplitCase& c : {SplitCase{4, 17, true}, SplitCase{7, 17, true}, SplitCase{4, 15, false},
+                             SplitCase{7, 15, false}, SplitCase{3, 15, true}, SplitCase{2, 15, true}}) {
+    const int filter_w = c.filter_w, out_w = c.out_w;
+    const bool splits = c.splits;
+    const Problem row{
+        32, 2, out_w, 128, 2, out_w, 128, 3, filter_w, 1, 1, filter_w / 2, filter_w - 1 - filter_w / 2};
+    const SegmentGrid row_grid{2, out_w, 1, 2, 1, out_w, 1, true, 32, 1};
+    if ((winrs::tap_run_even_split(row, row_grid, winrs::tap_run_taps(filter_w)).width0 == out_w - 1) !=
+        splits) {
+      std::printf("FAILED: a batch of 32, filter %d wide, on rows of %d: split %d\n", filter_w, out_w,
+                  !splits);
+      ++failures;
+    }
+  }
   if (winrs::tap_runs_fit(odd, odd_grid, 0, 3) || winrs::tap_run_even_split(odd, odd_grid, 3).width0 != 32 ||
       winrs::tap_run_even_split(short_odd, short_grid, 3).width0 != 13 ||
       winrs::tap_run_even_split(four, odd_grid, 3).width0 != 32 ||
