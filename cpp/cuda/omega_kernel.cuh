@@ -400,7 +400,7 @@ bool aligned_for_copies(const OmegaArgs& args) {
 template <class C>
 bool runs_wgmma() {
 #if defined(WINRS_WGMMA_BUILT)
-  if (const char* flag = std::getenv("WINRS_JAX_WGMMA"); flag && flag[0] == '0') return false;
+  if (env_flag("WINRS_JAX_WGMMA") == '0') return false;
   return loads_sm90a(reinterpret_cast<const void*>(omega_kernel<C>));  // else the mma.sync kernel runs
 #else
   return false;
@@ -447,9 +447,8 @@ template <Path P>
 cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (kSixteenBit<path_info(P).operand>) {
     const SegmentGrid& g = args.grid;
-    const char* flag = std::getenv("WINRS_JAX_WINDOW");
     // (A 3D layer's taps packed into channels: the filter-row tile's stager unpacks them, the maps cannot.)
-    const bool own = !(flag && flag[0] == '0') && (args.groups == 1 || args.depth.on()) &&
+    const bool own = env_flag("WINRS_JAX_WINDOW") != '0' && (args.groups == 1 || args.depth.on()) &&
                      args.depth.channels == 0 && (args.kernel == 1 || g.width0 == g.out_w);
     const int width = own ? window_piece_width(g, args.kernel) : 0;
     // One band of rows (runs end at dY's last row, WgmmaWindowConfig).

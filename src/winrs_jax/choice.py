@@ -621,6 +621,7 @@ def layer_key(plan: Plan, layer: Layer) -> str:
     from winrs_jax import __version__
 
     spec = layer.spec
+    tap_runs = _may_run_tap_runs(plan)
     return json.dumps(
         dict(
             device=device.device_kind, platform=device.platform, winrs_jax=__version__, jax=jax.__version__,
@@ -657,12 +658,12 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             # from the thirty-second stop (1.17-2.6x one tap's speed where they run; older keys kept for the rest).
             # (2: the tiles' grid counts 12 steps for a tile's start and output from the thirty-fourth stop, 4
             # before; 3: filters 3k + 1 wide cut evenly from the thirty-fifth, 3 + 1 before: tap_runs.h.)
-            **({"tap_runs": 3 if plan.filter_hw[1] % 3 == 1 else 2} if _may_run_tap_runs(plan) else {}),
+            **({"tap_runs": 3 if plan.filter_hw[1] % 3 == 1 else 2} if tap_runs else {}),
             # Of those, a batch of 32 on rows of an odd width runs them on all columns but the last where the
             # rest holds 7 steps of two positions, 8 for filters 3k + 1 wide (tap_runs.h, tap_run_even_split;
             # before, one tap): from the thirty-fourth stop, from the thirty-fifth for filters 3k + 1 wide too.
             **({"odd_rows_split": True}
-               if _may_run_tap_runs(plan) and plan.batch == 32 and plan.out_grad_hw[1] % 2 == 1
+               if tap_runs and plan.batch == 32 and plan.out_grad_hw[1] % 2 == 1
                and plan.out_grad_hw[1] >= (17 if plan.filter_hw[1] % 3 == 1 else 15) else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
