@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing|retrace
+#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|tf32-probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing|retrace
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -50,6 +50,11 @@ for stage in "$@"; do
       # The wgmma descriptor properties that the filter-row tile's wgmma MMA relies on (tools/wgmma_probe.cu).
       nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \
         && /tmp/wgmma_probe | tee "$OUT/wgmma-probe.txt" ;;
+    tf32-probe)
+      # The TF32 three-tap tile's parts on wgmma (tools/tf32_wgmma_probe.cu): its fragment and descriptor layouts
+      # against an exact product, and the rate of its main loop from shared memory.
+      nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu \
+        -o /tmp/tf32_wgmma_probe && /tmp/tf32_wgmma_probe | tee "$OUT/tf32-wgmma-probe.jsonl" ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1

@@ -1,0 +1,317 @@
+// Probe of a TF32 three-tap tile on Hopper's warpgroup MMA, the float32 DEFAULT path's candidate (issue 7).
+//
+// TF32 wgmma reads shared-memory operands K-major only, and X and dY are channel-major (wgmma.cuh), so the
+// 16-bit persistent block's form does not carry over. The form probed here: dY's fragments (A, 64 output
+// channels a warpgroup) in registers, loaded by each consumer thread from the raw channel-major buffer (as
+// the TMA writes it, 128-byte swizzle) once per step and used by all three taps; X (B, 128 input channels)
+// K-major in shared memory, transposed (and rounded to TF32) once per buffer by the producer warpgroup's 128
+// threads, so each tap reads the buffer one step before the last (the 16-bit tile's shift by whole steps).
+//   check: one m64n128 product over K = 64 (two 32-unit swizzle atoms) against the exact integer product:
+//          the register fragment layout (CUTLASS's ALayout_64x8), the K-major descriptor and its k8 slices.
+//   rate:  a block per SM, 64-unit steps of 3 taps x 8 slices of m64n128k8 per consumer warpgroup from
+//          buffers that stay in shared memory (no global traffic): mode 0 A fixed in registers (the MMAs'
+//          ceiling), 1 A loaded from the raw buffer each step, 2 also the producer's transpose of a 64 x 128
+//          X buffer each step, with a barrier of all three warpgroups per step.
+// The exit status is the number of mismatches. Build and run on a Hopper GPU:
+//   nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu -o probe
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+constexpr int kUnits = 64;                    // K of a step
+constexpr int kOut = 128;                     // output channels of a block (A rows, two warpgroups of 64)
+constexpr int kIn = 128;                      // input channels of a block (N)
+constexpr int kTaps = 3;                      // filter columns per tile
+constexpr int kStepBytes = kUnits * kIn * 4;  // one X or dY buffer, 32 KB
+
+// The TMA's 128-byte swizzle of a channel-major buffer: panels of 32 channels by `rows` units, the 16-byte
+// piece of channels 4q .. 4q + 3 of row k at piece q ^ (k % 8).
+__host__ __device__ constexpr int raw_index(int k, int c, int rows) {
+  return c / 32 * rows * 32 + k * 32 + ((c % 32 / 4) ^ (k % 8)) * 4 + c % 4;
+}
+// wgmma's K-major 128-byte swizzle: atoms of 32 units by `rows` channels, each channel's row of 128 bytes,
+// the piece of units 4q .. 4q + 3 at q ^ (channel % 8).
+__host__ __device__ constexpr int kmajor_index(int n, int k, int rows) {
+  return k / 32 * rows * 32 + n * 32 + ((k % 32 / 4) ^ (n % 8)) * 4 + k % 4;
+}
+
+__device__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// K-major, 128-byte swizzle: LBO unused (16 bytes), SBO 1024 bytes (eight 128-byte rows), base offset 0.
+__device__ uint64_t kmajor_descriptor(const void* p) {
+  return uint64_t((smem_address(p) & 0x3FFFF) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 |
+         uint64_t(1) << 62;
+}
+
+__device__ uint32_t tf32(float f) {
+  uint32_t r;
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+
+#define D8(i)                                                                                 \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+// D (64 x 128) += A (64 x 8, registers) B (8 x 128, shared memory, K-major).
+__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, "
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#undef D8
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
+// Keeps a register operand's value (and its register) alive until here: after the wait for the MMAs that
+// read it, so that the compiler does not reuse the register while they may still read it.
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+
+// A's fragment of k8 slice `slice` for thread (warp, lane) of a warpgroup whose rows start at `row0`: rows
+// 16 warp + lane / 4 (+ 8), units 8 slice + lane % 4 (+ 4) (CUTLASS's ALayout_64x8), from the raw
+// buffer's offsets of slice 0 for this thread: a slice further is 8 rows (256 floats) on, and
+// the swizzle, which depends on the row modulo 8, is the same, so the loads take immediate offsets and the
+// compiler keeps no address per slice in registers.
+struct FragmentOffsets {
+  int o[4];
+  __device__ FragmentOffsets(int rows, int row0, int warp, int lane) {
+    const int m = row0 + 16 * warp + lane / 4, k = lane % 4;
+    o[0] = raw_index(k, m, rows);
+    o[1] = raw_index(k, m + 8, rows);
+    o[2] = raw_index(k + 4, m, rows);
+    o[3] = raw_index(k + 4, m + 8, rows);
+  }
+};
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* raw, const FragmentOffsets& f,
+                                       int slice) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) a[r] = tf32(raw[f.o[r] + 256 * slice]);
+}
+
+__global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) {
+  extern __shared__ float4 dynamic[];
+  char* base = reinterpret_cast<char*>(dynamic);
+  base += (1024 - smem_address(base) % 1024) % 1024;
+  float* raw = reinterpret_cast<float*>(base);                   // 64 units x 64 rows, 16 KB
+  float* kmajor = reinterpret_cast<float*>(base + 64 * 64 * 4);  // 128 channels x 64 units, 32 KB
+  for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) raw[raw_index(e / 64, e % 64, 64)] = a_km[e];
+  for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x)
+    kmajor[kmajor_index(e / 64, e % 64, 128)] = b_nk[e];
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float d[64] = {};
+  uint32_t a[8][4];
+  const FragmentOffsets offsets(64, 0, warp, lane);
+  for (int s = 0; s < 8; ++s) load_a(a[s], raw, offsets, s);
+  fence();
+  for (int s = 0; s < 8; ++s) mma_rs(d, a[s], kmajor_descriptor(kmajor + kmajor_index(0, 8 * s, 128)));
+  commit();
+  wait<0>();
+  for (int j = 0; j < 16; ++j)
+    for (int v = 0; v < 4; ++v) {
+      const int m = 16 * warp + lane / 4 + 8 * (v / 2), n = 8 * j + 2 * (lane % 4) + v % 2;
+      d_mn[m * 128 + n] = d[4 * j + v];
+    }
+}
+
+// The producer's transpose of one X buffer (raw, channel-major) into K-major TF32: 4 x 4 blocks of units x
+// channels, each read by eight 8-byte loads and written by four 16-byte stores; the lanes of a quarter warp
+// take a diagonal of blocks, so that both sides hit eight different 16-byte bank groups.
+__device__ __forceinline__ void transpose_x(const float* raw, float* kmajor, int thread) {
+  const int lane = thread % 32, i = lane % 8, combo = thread / 8;  // 16 combos of warp and quarter
+#pragma unroll 1
+  for (int it = 0; it < 4; ++it) {
+    const int flat = combo * 4 + it, d = flat % 8, unit_hi = flat / 8 % 2, channel_hi = flat / 16;
+    const int cg = 8 * channel_hi + i, ug = 8 * unit_hi + (i + d) % 8;
+    // Two channels at a time (8-byte loads): the producer's 24 registers hold eight values, not sixteen.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float2 v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        v[r] = *reinterpret_cast<const float2*>(raw + raw_index(4 * ug + r, 4 * cg, kUnits) + 2 * half);
+      *reinterpret_cast<uint4*>(kmajor + kmajor_index(4 * cg + 2 * half, 4 * ug, kIn)) =
+          make_uint4(tf32(v[0].x), tf32(v[1].x), tf32(v[2].x), tf32(v[3].x));
+      *reinterpret_cast<uint4*>(kmajor + kmajor_index(4 * cg + 2 * half + 1, 4 * ug, kIn)) =
+          make_uint4(tf32(v[0].y), tf32(v[1].y), tf32(v[2].y), tf32(v[3].y));
+    }
+  }
+}
+
+// Shared memory of the rate kernel: four K-major X buffers (taps read the current one and the two before,
+// the producer writes the fourth), two raw dY buffers, one raw X buffer the producer reads.
+constexpr int kXBuffers = 4, kGradBuffers = 2;
+constexpr int kRateSmem = (kXBuffers + kGradBuffers + 1) * kStepBytes + 1024;
+
+__global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float* sink) {
+  extern __shared__ float4 dynamic[];
+  char* base = reinterpret_cast<char*>(dynamic);
+  base += (1024 - smem_address(base) % 1024) % 1024;
+  float* xs = reinterpret_cast<float*>(base);
+  float* grads = xs + kXBuffers * kUnits * kIn;
+  float* raw_x = grads + kGradBuffers * kUnits * kOut;
+  for (int e = threadIdx.x; e < (kXBuffers + kGradBuffers + 1) * kUnits * kIn; e += blockDim.x)
+    xs[e] = float(e % 7) * 0.125f;
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (mode < 2) return;
+    for (int step = 0; step < steps; ++step) {
+      transpose_x(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync 1, 384;\n" ::: "memory");
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  const int tid = threadIdx.x - 128, group = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
+  float acc[kTaps][64];
+#pragma unroll
+  for (int j = 0; j < kTaps; ++j)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
+  // A's registers in two sets of two slices: a step is four groups of 3 taps x 2 slices, and a set is loaded
+  // again once the group two before, which read it, is done (wait<1>).
+  const FragmentOffsets offsets(kUnits, 64 * group, warp, lane);
+  uint32_t a[2][2][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) load_a(a[h][q], grads, offsets, 2 * h + q);
+  // Descriptors as X's first buffer's plus a byte offset (in the start address field): no 64-bit address
+  // arithmetic per MMA for the compiler to hoist out of the loop into registers.
+  const uint64_t x_descriptor = kmajor_descriptor(xs);
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    const float* grad = grads + step % kGradBuffers * kUnits * kOut;
+#pragma unroll
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const int h = quarter % 2;
+      wait<1>();
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) pin(a[h][q][r]);
+      if (mode >= 1) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) load_a(a[h][q], grad, offsets, 2 * quarter + q);
+      }
+      fence();
+#pragma unroll
+      for (int j = 0; j < kTaps; ++j) {
+        const uint32_t buffer = uint32_t(step - j) % kXBuffers * kStepBytes;
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          mma_rs(acc[j], a[h][q],
+                 x_descriptor + ((buffer + 4 * kmajor_index(0, 16 * quarter + 8 * q, kIn)) >> 4));
+      }
+      commit();
+    }
+    if (mode >= 2) asm volatile("bar.sync 1, 384;\n" ::: "memory");
+  }
+  wait<0>();
+  float total = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kTaps; ++j)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      pin(acc[j][i]);
+      total += acc[j][i];
+    }
+  if (total == 12345.678f) sink[blockIdx.x] = total;  // keeps the MMAs
+}
+
+int check() {
+  std::vector<float> a(64 * 64), b(128 * 64), d(64 * 128);
+  for (int k = 0; k < 64; ++k)
+    for (int m = 0; m < 64; ++m) a[k * 64 + m] = float((m * 5 + k * 3) % 7 - 3);
+  for (int n = 0; n < 128; ++n)
+    for (int k = 0; k < 64; ++k) b[n * 64 + k] = float((n * 3 + k * 7) % 5 - 2);
+  float *da, *db, *dd;
+  cudaMalloc(&da, a.size() * 4);
+  cudaMalloc(&db, b.size() * 4);
+  cudaMalloc(&dd, d.size() * 4);
+  cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice);
+  const int smem = 48 * 1024 + 1024;
+  cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  check_kernel<<<1, 128, smem>>>(da, db, dd);
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    std::printf("check: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+  int bad = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 128; ++n) {
+      float ref = 0.0f;
+      for (int k = 0; k < 64; ++k) ref += a[k * 64 + m] * b[n * 64 + k];
+      if (d[m * 128 + n] != ref && bad++ < 5)
+        std::printf("  D[%d][%d] = %g, expected %g\n", m, n, d[m * 128 + n], ref);
+    }
+  std::printf("{\"probe\": \"check\", \"mismatches\": %d}\n", bad);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+  return bad;
+}
+
+void rate(int sms) {
+  const int steps = 4000;
+  float* sink;
+  cudaMalloc(&sink, sms * 4);
+  cudaFuncSetAttribute(rate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRateSmem);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  const char* names[] = {"A fixed in registers", "A loaded each step", "and X transposed each step"};
+  for (int mode = 0; mode < 3; ++mode) {
+    rate_kernel<<<sms, 384, kRateSmem>>>(steps / 10, mode, sink);  // warm-up
+    float best = 1e30f;
+    for (int r = 0; r < 3; ++r) {
+      cudaEventRecord(start);
+      rate_kernel<<<sms, 384, kRateSmem>>>(steps, mode, sink);
+      cudaEventRecord(stop);
+      cudaEventSynchronize(stop);
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, start, stop);
+      best = ms < best ? ms : best;
+    }
+    const cudaError_t e = cudaGetLastError();
+    const double flops = 2.0 * kOut * kIn * kUnits * kTaps * double(steps) * sms;
+    std::printf(
+        "{\"probe\": \"rate\", \"mode\": %d, \"what\": \"%s\", \"ms\": %.3f, \"tflops\": %.1f, "
+        "\"error\": \"%s\"}\n",
+        mode, names[mode], best, flops / best / 1e9, cudaGetErrorString(e));
+  }
+  cudaFree(sink);
+}
+
+}  // namespace
+
+int main() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int bad = check();
+  rate(sms);
+  return bad;
+}
