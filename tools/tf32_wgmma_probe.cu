@@ -102,15 +102,48 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* raw, const
   for (int r = 0; r < 4; ++r) a[r] = tf32(raw[f.o[r] + 256 * slice]);
 }
 
+// One 16-byte shared-memory store (the compiler split a uint4 store into four, not knowing the alignment).
+__device__ __forceinline__ void store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(p)), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+
+// The producer's transpose of one X buffer (raw, channel-major) into K-major TF32: 4 x 4 blocks of units x
+// channels, each read by sixteen 4-byte loads and written by four 16-byte stores; the lanes of a quarter warp
+// take a diagonal of blocks, so that both sides hit eight different 16-byte bank groups (no bank conflicts
+// either side, checked on the host over every load and store).
+__device__ __forceinline__ void transpose_x(const float* raw, float* kmajor, int thread) {
+  const int lane = thread % 32, i = lane % 8, combo = thread / 8;  // 16 combos of warp and quarter
+#pragma unroll 1
+  for (int it = 0; it < 4; ++it) {
+    const int flat = combo * 4 + it, d = flat % 8, unit_hi = flat / 8 % 2, channel_hi = flat / 16;
+    const int cg = 8 * channel_hi + i, ug = 8 * unit_hi + (i + d) % 8;
+    // One channel of the block at a time (four 4-byte loads, one 16-byte store), within the producer's 24
+    // registers. The quarter warps start at different channels of their pieces, so that a warp's loads hit
+    // all 32 banks once.
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int e = (step + lane / 8) % 4;
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = raw[raw_index(4 * ug + r, 4 * cg + e, kUnits)];
+      store16(kmajor + kmajor_index(4 * cg + e, 4 * ug, kIn), tf32(v[0]), tf32(v[1]), tf32(v[2]), tf32(v[3]));
+    }
+  }
+}
+
 __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) {
   extern __shared__ float4 dynamic[];
   char* base = reinterpret_cast<char*>(dynamic);
   base += (1024 - smem_address(base) % 1024) % 1024;
-  float* raw = reinterpret_cast<float*>(base);                   // 64 units x 64 rows, 16 KB
-  float* kmajor = reinterpret_cast<float*>(base + 64 * 64 * 4);  // 128 channels x 64 units, 32 KB
+  float* raw = reinterpret_cast<float*>(base);  // A: 64 units x 64 channels, raw, 16 KB
+  float* raw_b = raw + 64 * 64;                 // B: 64 units x 128 channels, raw, 32 KB
+  float* kmajor = raw_b + kUnits * kIn;         // B transposed: 128 channels x 64 units, 32 KB
   for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) raw[raw_index(e / 64, e % 64, 64)] = a_km[e];
-  for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x)
-    kmajor[kmajor_index(e / 64, e % 64, 128)] = b_nk[e];
+  for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x) raw_b[raw_index(e % 64, e / 64, kUnits)] = b_nk[e];
+  __syncthreads();
+  transpose_x(raw_b, kmajor, threadIdx.x);  // as the rate kernel's producer does, 128 threads
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -119,7 +152,7 @@ __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) 
   const FragmentOffsets offsets(64, 0, warp, lane);
   for (int s = 0; s < 8; ++s) load_a(a[s], raw, offsets, s);
   fence();
-  for (int s = 0; s < 8; ++s) mma_rs(d, a[s], kmajor_descriptor(kmajor + kmajor_index(0, 8 * s, 128)));
+  for (int s = 0; s < 8; ++s) mma_rs(d, a[s], kmajor_descriptor(kmajor + kmajor_index(0, 8 * s, kIn)));
   commit();
   wait<0>();
   for (int j = 0; j < 16; ++j)
@@ -127,30 +160,6 @@ __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) 
       const int m = 16 * warp + lane / 4 + 8 * (v / 2), n = 8 * j + 2 * (lane % 4) + v % 2;
       d_mn[m * 128 + n] = d[4 * j + v];
     }
-}
-
-// The producer's transpose of one X buffer (raw, channel-major) into K-major TF32: 4 x 4 blocks of units x
-// channels, each read by eight 8-byte loads and written by four 16-byte stores; the lanes of a quarter warp
-// take a diagonal of blocks, so that both sides hit eight different 16-byte bank groups.
-__device__ __forceinline__ void transpose_x(const float* raw, float* kmajor, int thread) {
-  const int lane = thread % 32, i = lane % 8, combo = thread / 8;  // 16 combos of warp and quarter
-#pragma unroll 1
-  for (int it = 0; it < 4; ++it) {
-    const int flat = combo * 4 + it, d = flat % 8, unit_hi = flat / 8 % 2, channel_hi = flat / 16;
-    const int cg = 8 * channel_hi + i, ug = 8 * unit_hi + (i + d) % 8;
-    // Two channels at a time (8-byte loads): the producer's 24 registers hold eight values, not sixteen.
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float2 v[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        v[r] = *reinterpret_cast<const float2*>(raw + raw_index(4 * ug + r, 4 * cg, kUnits) + 2 * half);
-      *reinterpret_cast<uint4*>(kmajor + kmajor_index(4 * cg + 2 * half, 4 * ug, kIn)) =
-          make_uint4(tf32(v[0].x), tf32(v[1].x), tf32(v[2].x), tf32(v[3].x));
-      *reinterpret_cast<uint4*>(kmajor + kmajor_index(4 * cg + 2 * half + 1, 4 * ug, kIn)) =
-          make_uint4(tf32(v[0].y), tf32(v[1].y), tf32(v[2].y), tf32(v[3].y));
-    }
-  }
 }
 
 // Shared memory of the rate kernel: four K-major X buffers (taps read the current one and the two before,
@@ -166,13 +175,15 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
   float* grads = xs + kXBuffers * kUnits * kIn;
   float* raw_x = grads + kGradBuffers * kUnits * kOut;
   for (int e = threadIdx.x; e < (kXBuffers + kGradBuffers + 1) * kUnits * kIn; e += blockDim.x)
-    xs[e] = float(e % 7) * 0.125f;
+    xs[e] = float((uint32_t(e) * 2654435761u) >> 8) * 0x1p-24f;  // [0, 1), full mantissas
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (mode < 2) return;
+    // (Without a release: the buffer written here may still be read by the MMAs of the step before the last,
+    // which a kernel's empty barrier would wait for; the values do not matter to the rate.)
     for (int step = 0; step < steps; ++step) {
       transpose_x(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -250,7 +261,7 @@ int check() {
   cudaMalloc(&dd, d.size() * 4);
   cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice);
-  const int smem = 48 * 1024 + 1024;
+  const int smem = 80 * 1024 + 1024;
   cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   check_kernel<<<1, 128, smem>>>(da, db, dd);
   cudaError_t e = cudaDeviceSynchronize();
