@@ -5,14 +5,16 @@
 // channels a warpgroup) in registers, loaded by each consumer thread from the raw channel-major buffer (as
 // the TMA writes it, 128-byte swizzle) once per step and used by all three taps; X (B, 128 input channels)
 // K-major in shared memory, transposed (and rounded to TF32) once per buffer by the producer warpgroup's 128
-// threads, so each tap reads the buffer one step before the last (the 16-bit tile's shift by whole steps).
+// threads; tap j reads the buffer j steps back (the 16-bit tile's shift by whole steps).
 //   check: one m64n128 product over K = 64 (two 32-unit swizzle atoms) against the exact integer product:
-//          the register fragment layout (CUTLASS's ALayout_64x8), the K-major descriptor and its k8 slices.
+//          the register fragment layout (CUTLASS's ALayout_64x8), the producer's transpose, the K-major
+//          descriptor and its k8 slices.
 //   rate:  a block per SM, 64-unit steps of 3 taps x 8 slices of m64n128k8 per consumer warpgroup from
 //          buffers that stay in shared memory (no global traffic): mode 0 A fixed in registers (the MMAs'
 //          ceiling), 1 A loaded from the raw buffer each step, 2 also the producer's transpose of a 64 x 128
 //          X buffer each step, with a barrier of all three warpgroups per step.
-// The exit status is the number of mismatches. Build and run on a Hopper GPU:
+// The exit status counts the mismatches and the transpose's bank conflicts (checked on the host first, so
+// that a machine without a GPU runs that part). Build and run on a Hopper GPU:
 //   nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu -o probe
 #include <cuda_runtime.h>
 
@@ -110,27 +112,76 @@ __device__ __forceinline__ void store16(float* p, uint32_t a, uint32_t b, uint32
 }
 
 // The producer's transpose of one X buffer (raw, channel-major) into K-major TF32: 4 x 4 blocks of units x
-// channels, each read by sixteen 4-byte loads and written by four 16-byte stores; the lanes of a quarter warp
-// take a diagonal of blocks, so that both sides hit eight different 16-byte bank groups (no bank conflicts
-// either side, checked on the host over every load and store).
+// channels, each read by sixteen 4-byte loads and written by four 16-byte stores, without bank conflicts
+// either side (transpose_faults checks every access on the host).
+// Thread `thread`'s block of iteration `it` (of 4): channel group cg (of 32) and unit group ug (of 16); the
+// eight lanes of a quarter warp take a diagonal (ug = cg + d modulo 8), so that their 16-byte pieces differ
+// both in the raw buffer and in the K-major one. Its `step`-th channel of the block (of 4), rotated by the
+// quarter, so that a warp's 4-byte loads hit all 32 banks once.
+struct TransposeBlock {
+  int cg, ug;
+};
+__host__ __device__ constexpr TransposeBlock transpose_block(int thread, int it) {
+  const int i = thread % 8, flat = thread / 8 * 4 + it, d = flat % 8;
+  return {8 * (flat / 16) + i, 8 * (flat / 8 % 2) + (i + d) % 8};
+}
+__host__ __device__ constexpr int transpose_channel(int thread, int step) {
+  return (step + thread % 32 / 8) % 4;
+}
+
 __device__ __forceinline__ void transpose_x(const float* raw, float* kmajor, int thread) {
-  const int lane = thread % 32, i = lane % 8, combo = thread / 8;  // 16 combos of warp and quarter
 #pragma unroll 1
   for (int it = 0; it < 4; ++it) {
-    const int flat = combo * 4 + it, d = flat % 8, unit_hi = flat / 8 % 2, channel_hi = flat / 16;
-    const int cg = 8 * channel_hi + i, ug = 8 * unit_hi + (i + d) % 8;
+    const TransposeBlock b = transpose_block(thread, it);
     // One channel of the block at a time (four 4-byte loads, one 16-byte store), within the producer's 24
-    // registers. The quarter warps start at different channels of their pieces, so that a warp's loads hit
-    // all 32 banks once.
+    // registers.
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
-      const int e = (step + lane / 8) % 4;
+      const int e = transpose_channel(thread, step);
       float v[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) v[r] = raw[raw_index(4 * ug + r, 4 * cg + e, kUnits)];
-      store16(kmajor + kmajor_index(4 * cg + e, 4 * ug, kIn), tf32(v[0]), tf32(v[1]), tf32(v[2]), tf32(v[3]));
+      for (int r = 0; r < 4; ++r) v[r] = raw[raw_index(4 * b.ug + r, 4 * b.cg + e, kUnits)];
+      store16(kmajor + kmajor_index(4 * b.cg + e, 4 * b.ug, kIn), tf32(v[0]), tf32(v[1]), tf32(v[2]),
+              tf32(v[3]));
     }
   }
+}
+
+// Host: the transpose's worst bank conflict (accesses of one bank in one pass: 32 lanes for 4-byte loads, 8
+// for 16-byte stores) and whether it covers every element once; 0 when it is conflict-free and complete.
+int transpose_faults() {
+  int worst = 1, seen[kUnits * kIn] = {};
+  for (int warp = 0; warp < 4; ++warp)
+    for (int it = 0; it < 4; ++it)
+      for (int step = 0; step < 4; ++step) {
+        for (int r = 0; r < 4; ++r) {
+          int words[32][32] = {}, count[32] = {};  // per bank, the distinct words a pass reads
+          for (int lane = 0; lane < 32; ++lane) {
+            const int thread = 32 * warp + lane, e = transpose_channel(thread, step);
+            const TransposeBlock b = transpose_block(thread, it);
+            const int word = raw_index(4 * b.ug + r, 4 * b.cg + e, kUnits), bank = word % 32;
+            ++seen[(4 * b.ug + r) * kIn + 4 * b.cg + e];
+            bool again = false;
+            for (int c = 0; c < count[bank]; ++c) again |= words[bank][c] == word;
+            if (!again) words[bank][count[bank]++] = word;
+            worst = count[bank] > worst ? count[bank] : worst;
+          }
+        }
+        for (int pass = 0; pass < 4; ++pass) {
+          int count[32] = {};
+          for (int lane = 8 * pass; lane < 8 * pass + 8; ++lane) {
+            const int thread = 32 * warp + lane, e = transpose_channel(thread, step);
+            const TransposeBlock b = transpose_block(thread, it);
+            const int word = kmajor_index(4 * b.cg + e, 4 * b.ug, kIn);
+            for (int w = word; w < word + 4; ++w) worst = ++count[w % 32] > worst ? count[w % 32] : worst;
+          }
+        }
+      }
+  int missed = 0;
+  for (int v : seen) missed += v != 1;
+  std::printf("{\"probe\": \"transpose banks\", \"worst ways\": %d, \"elements not once\": %d}\n", worst,
+              missed);
+  return (worst - 1) + missed;
 }
 
 __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) {
@@ -319,10 +370,14 @@ void rate(int sms) {
 }  // namespace
 
 int main() {
+  const int faults = transpose_faults();
   int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    std::printf("no GPU\n");
+    return faults + 1;
+  }
   const int bad = check();
   rate(sms);
-  return bad;
+  return faults + bad;
 }
