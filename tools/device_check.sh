@@ -51,8 +51,9 @@ for stage in "$@"; do
       nvcc -std=c++17 -O2 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/wgmma_probe.cu -o /tmp/wgmma_probe \
         && /tmp/wgmma_probe | tee "$OUT/wgmma-probe.txt" ;;
     tf32-probe)
-      # The TF32 three-tap tile's parts on wgmma (tools/tf32_wgmma_probe.cu): its fragment and descriptor layouts
-      # against an exact product, and the rate of its main loop from shared memory.
+      # The TF32 three-tap tile's parts on wgmma (tools/tf32_wgmma_probe.cu): the producer's transpose checked for
+      # bank conflicts (host), the fragment, transpose and descriptor layouts against an exact product, and the
+      # rate of the main loop from shared memory.
       nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu \
         -o /tmp/tf32_wgmma_probe && /tmp/tf32_wgmma_probe | tee "$OUT/tf32-wgmma-probe.jsonl" ;;
     sanitize)
