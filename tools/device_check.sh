@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine (the device tool); logs go to $OUT.
-#   tools/device_check.sh build|kcheck|l2-bandwidth|probe|tf32-probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing|retrace
+#   tools/device_check.sh build|kcheck|kcheck-tf32|l2-bandwidth|probe|tf32-probe|sanitize|test|auto-tests|suite|accuracy|tune|tune-highest|tune-buckets|tune-atomics|tune-sums|bench|bench-paper|bench-real|bench-3d|bench-strided|bench-strided-heldout|bench-dilated|bench-grouped|resnet|models|mix|stalls|stream-splits|stall-samples|sass|profile|ab|gemm-calibration|cudnn-profile|breakdown|probe-steps|waves|first-trace|layouts|choice-timing|retrace
 # Each stage stands alone after `build` (which is incremental: the build directory is kept between calls).
 set -uo pipefail
 OUT="${OUT:-/tmp/winrs-out}"
@@ -42,6 +42,13 @@ for stage in "$@"; do
       # Filters 3k + 1 wide cut 3 + 1 and 3 + 3 + 1 (an experiment's switch, winrs/tap_runs.h, TapRunRules).
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
+    kcheck-tf32)
+      # DRAFT (branch experiment/tf32-taps): the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU
+      # executor, then the same cases on mma.sync.
+      WINRS_JAX_TF32_TAPS=1 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30
+      WINRS_JAX_TF32_TAPS=1 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 >"$OUT/sanitizer-tf32-taps.log" 2>&1
+      grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log" ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \

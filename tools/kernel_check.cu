@@ -219,8 +219,12 @@ int main(int argc, char** argv) {
     // (tap_run_even_split); on rows of 13 (too short once split), one tap. Again with 3 blocks
     // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
     // and their boundaries.
+    // (DRAFT, branch experiment/tf32-taps: TF32 too where WINRS_JAX_TF32_TAPS=1, wgmma_tf32_taps.cuh.)
+    const char* tf32_taps = std::getenv("WINRS_JAX_TF32_TAPS");
+    const bool tf32_tiles =
+        static_cast<winrs::Path>(path) == winrs::Path::kTf32 && tf32_taps && tf32_taps[0] == '1';
     for (const char* blocks : {"", "3"}) {
-      if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2) break;
+      if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2 && !tf32_tiles) break;
       setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks, 1);
       for (const auto& [batch, out_h, out_w, in_c, out_c, filter_w] :
            {std::tuple{64, 2, 20, 136, 72, 3}, std::tuple{64, 1, 17, 72, 136, 6},

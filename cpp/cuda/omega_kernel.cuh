@@ -38,6 +38,7 @@
 #include "cuda/wgmma.cuh"
 #include "cuda/wgmma_persistent.cuh"
 #include "cuda/wgmma_taps.cuh"
+#include "cuda/wgmma_tf32_taps.cuh"
 #include "cuda/wgmma_window.cuh"
 #include "winrs/schedule.h"
 
@@ -532,6 +533,11 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         }
         return launch_config<WgmmaConfig<P>>(args, stream);
       }
+    }
+    if constexpr (P == Path::kTf32) {
+      // DRAFT: TF32 T-tap tiles on wgmma where WINRS_JAX_TF32_TAPS=1 (wgmma_tf32_taps.cuh).
+      cudaError_t result = cudaSuccess;
+      if (copies && launch_tf32_taps<P>(args, stream, &result)) return result;
     }
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }

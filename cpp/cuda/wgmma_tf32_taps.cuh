@@ -1,0 +1,396 @@
+// DRAFT (branch experiment/tf32-taps; not yet run on a GPU): the persistent block's T-tap tiles for TF32,
+// float32 at the default precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
+// docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major only, and X and dY
+// are channel-major, so the 16-bit tile's form (both operands from shared memory, wgmma_wide_n.cuh) does not
+// carry over:
+// - dY is the register operand: each consumer thread loads its fragments (CUTLASS's ALayout_64x8) from the
+//   raw buffer the TMA wrote (float32 boxes of 32 channels, 128-byte swizzle), rounding to TF32 there, once a
+//   step for all taps;
+// - X is the shared-memory operand, transposed into wgmma's K-major 128-byte swizzle (and rounded) by the
+//   producer warpgroup's 128 threads, once a step, into a ring of K-major buffers; tap j reads the buffer of
+//   the step TapXPlace names, as the 16-bit tile does.
+// Shared memory: two raw dY buffers, one raw X buffer and four K-major X buffers of 32 KB (224 KB). A step's
+// path: thread 0 copies dY and X (the TMA) -> the producer's threads transpose X -> the consumers' MMAs.
+// Barriers: grad_full / grad_empty per dY buffer, input_full for the raw X buffer (its reuse ordered by the
+// producer's own barrier), kmajor_full / kmajor_empty per K-major buffer.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/tap_runs.cuh"
+#include "cuda/wgmma_persistent.cuh"
+
+namespace winrs::cuda {
+
+// Element (unit k, channel c) of a raw buffer: panels of 32 channels by 64 units, the 16-byte piece of
+// channels 4q .. 4q + 3 of unit k at piece q ^ (k % 8) (the TMA's 128-byte swizzle of 128-byte rows).
+WINRS_HD constexpr int tf32_raw_index(int k, int c) {
+  return c / 32 * 64 * 32 + k * 32 + ((c % 32 / 4) ^ (k % 8)) * 4 + c % 4;
+}
+// Element (channel n, unit k) of a K-major buffer: atoms of 32 units by 128 channels, each channel's row of
+// 128 bytes, the piece of units 4q .. 4q + 3 at q ^ (n % 8) (wgmma's K-major 128-byte swizzle).
+WINRS_HD constexpr int tf32_kmajor_index(int n, int k) {
+  return k / 32 * 128 * 32 + n * 32 + ((k % 32 / 4) ^ (n % 8)) * 4 + k % 4;
+}
+
+template <int Taps>
+struct WgmmaTf32TapsConfig {
+  static_assert(Taps == 2 || Taps == 3);
+  static constexpr int variant = 0;
+  static constexpr Path path = Path::kTf32;
+  static constexpr Operand operand = Operand::kTF32;
+  static constexpr bool tensor_cores = true, wgmma = true, tma = true;
+  using Storage = float;
+  using Smem = float;
+  static constexpr int n = Taps, r = 1, taps = Taps;
+  static constexpr int BN = 128, BM = 128;  // output x input channels
+  static constexpr int K = 8, copy_units = kTapRunUnits;
+  static constexpr int panel_channels = 32, panel_elems = copy_units * panel_channels;
+  static constexpr int side_elems = 4 * panel_elems;  // one side of a step, 128 channels: 32 KB
+  static constexpr int side_bytes = side_elems * 4;
+  static constexpr int grad_stages = 2, kmajor_stages = 4;
+  static_assert(kmajor_stages >= 4, "taps read their step and two before; the producer writes one ahead");
+  static constexpr int grad_base = 0, input_base = grad_stages * side_elems,
+                       kmajor_base = input_base + side_elems;
+  static constexpr size_t copy_bytes = size_t(kmajor_base + kmajor_stages * side_elems) * 4;
+  static constexpr size_t smem_align = 1024;
+  static constexpr size_t barrier_offset = copy_bytes;
+  static constexpr int barriers = 2 * grad_stages + 1 + 2 * kmajor_stages;
+  static constexpr size_t smem_bytes = copy_bytes + smem_align + barriers * sizeof(uint64_t);
+  static_assert(smem_bytes <= 232448, "Hopper's 227 KB of shared memory per block");
+};
+
+// The TMA boxes of a T-tap tile's steps in float32 (as TapRuns in 16 bits): a step's X into the raw X buffer
+// and, from its run's `reach`-th step on, its dY into a raw dY buffer, four 32-channel panels each.
+template <class C>
+struct Tf32TapRuns : TapRunWalk {
+  __device__ Tf32TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
+      : TapRunWalk(p, work, walk, C::taps) {}
+
+  __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::side_bytes) : 0u; }
+
+  __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* grad,
+                        float* input, uint64_t* grad_bar, uint64_t* input_bar, int s) const {
+    const Step st = step(s, walk);
+    for (int q = 0; q < positions; ++q) {
+      const int row = q * images * C::panel_channels;
+#pragma unroll
+      for (int panel = 0; panel < 4; ++panel)
+        tma_load_4d(input + panel * C::panel_elems + row, &args.input_map, input_bar,
+                    work.ic0 + panel * C::panel_channels, x_col(st, q, walk), x_row(st), st.image);
+      if (st.k < reach) continue;
+#pragma unroll
+      for (int panel = 0; panel < 4; ++panel)
+        tma_load_4d(grad + panel * C::panel_elems + row, &args.grad_map, grad_bar,
+                    work.oc0 + panel * C::panel_channels, grad_col(st, q, walk), st.oh, grad_image(st, q));
+    }
+  }
+};
+
+// The producer's transpose of the raw X buffer into a K-major one, TF32-rounded: 4 x 4 blocks of units x
+// channels, each read by sixteen 4-byte loads and written by four 16-byte stores; thread `thread`'s block of
+// iteration `it` has channel group cg and unit group ug, the eight lanes of a quarter warp on a diagonal (ug
+// = cg + d modulo 8) and the quarter warps starting at different channels of a block, so that neither side
+// meets a bank conflict (tools/tf32_wgmma_probe.cu, transpose_faults, checks the same mapping on the host).
+__device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(p)), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void tf32_transpose(const float* raw, float* kmajor, int thread) {
+  const int i = thread % 8, quarter = thread % 32 / 8;
+#pragma unroll 1
+  for (int it = 0; it < 4; ++it) {
+    const int flat = thread / 8 * 4 + it, d = flat % 8;
+    const int cg = 8 * (flat / 16) + i, ug = 8 * (flat / 8 % 2) + (i + d) % 8;
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int e = (step + quarter) % 4;
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = raw[tf32_raw_index(4 * ug + r, 4 * cg + e)];
+      tf32_store16(kmajor + tf32_kmajor_index(4 * cg + e, 4 * ug), tf32_bits(v[0]), tf32_bits(v[1]),
+                   tf32_bits(v[2]), tf32_bits(v[3]));
+    }
+  }
+}
+
+// D (64 x 128, FP32) += A (64 x 8, TF32 registers) B (8 x 128, TF32, K-major in shared memory).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+#if WINRS_WGMMA_CODE
+#define WINRS_D8(i)                                                                           \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+      "%62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+      : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24), WINRS_D8(32), WINRS_D8(40), WINRS_D8(48),
+        WINRS_D8(56)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#undef WINRS_D8
+#endif
+}
+
+// The K-major buffers' descriptor: 128-byte swizzle, SBO 1024 bytes (eight 128-byte rows), LBO unused.
+__device__ __forceinline__ uint64_t tf32_kmajor_descriptor(const float* p) {
+  return wgmma_descriptor(p, 16, 1024);
+}
+
+// The consumers' GEMM: warpgroup g multiplies output channels 64 g .. 64 g + 63 (dY's fragments) by the
+// tile's 128 input channels for each tap. A step is four groups of 2 k8 slices x T taps; the fragments of a
+// group's slices sit in one of two register sets, loaded again once the group two before, which read them, is
+// done (wait<1>). The sets are members, alive across steps: a set that an MMA may still read is never a
+// register the compiler thinks free (pin after the wait).
+template <class C>
+struct Tf32TapRunsGemm {
+  static constexpr int accumulators = 64 * C::taps;
+  int warp, lane;
+  int fragment[4];  // this thread's fragment offsets in a raw dY buffer for slice 0 (+256 floats a slice)
+  float acc[C::taps][64];
+  uint32_t a[2][4];  // two register sets of one k8 slice's fragment
+
+  __device__ void init(int tid) {
+    warp = tid / 32;
+    lane = tid % 32;
+    const int m = 16 * warp + lane / 4, k = lane % 4;  // warp 0..7: rows 64 (warp / 4) + 16 (warp % 4) ..
+    fragment[0] = tf32_raw_index(k, m);
+    fragment[1] = tf32_raw_index(k, m + 8);
+    fragment[2] = tf32_raw_index(k + 4, m);
+    fragment[3] = tf32_raw_index(k + 4, m + 8);
+#pragma unroll
+    for (int j = 0; j < C::taps; ++j)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[h][r] = 0u;
+  }
+  __device__ const float* column(int j) const { return acc[j]; }
+
+  // Step g of the block (its K-major buffer g % kmajor_stages), dY from `grad`. A tile of fewer taps than T
+  // (a row's last, or a balanced cut) multiplies all T and drops the rest at its output: one instance per
+  // positions a step, where one per tap count as well (the 16-bit tile's) left ptxas short of registers for
+  // the register-operand MMAs (it serialised them).
+  template <class Steps>
+  __device__ void run(const float* grad, const float* kmajor, int g, const Steps& plan) {
+    if (plan.positions == 1) {
+      run_taps<C::taps, 1>(grad, kmajor, g);
+    } else {
+      run_taps<C::taps, 2>(grad, kmajor, g);
+    }
+  }
+
+  template <int Taps, int Positions>
+  __device__ void run_taps(const float* grad, const float* kmajor, int g) {
+    const uint64_t base = tf32_kmajor_descriptor(kmajor);
+    static_for<0, 8>([&](auto slice_constant) {
+      constexpr int slice = decltype(slice_constant)::value, h = slice % 2;
+      wgmma_wait<1>();
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pin_register(a[h][r]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[h][r] = tf32_bits(grad[fragment[r] + 256 * slice]);
+      wgmma_fence();
+      static_for<0, Taps>([&](auto t) {
+        constexpr int j = decltype(t)::value;
+        // K-block slice / 2 (16 units) of tap j: its X `back` steps before, from unit `row` of that step; the
+        // slice is its half at row + 8 (whole k8 slices: 32-byte offsets in a K-major atom).
+        constexpr TapXPlace x = tap_x_place(C::taps, Positions, slice / 2, j);
+        const uint32_t buffer = uint32_t(g - x.back) % C::kmajor_stages * C::side_bytes;
+        const uint32_t offset = buffer + uint32_t(4 * tf32_kmajor_index(0, x.row + 8 * (slice % 2)));
+        wgmma_m64n128k8_tf32_rs(acc[j], a[h], base + (offset >> 4));
+      });
+      wgmma_commit();
+    });
+  }
+
+  template <int Pending>
+  __device__ void retire() {
+    wgmma_wait<Pending>();
+#pragma unroll
+    for (int j = 0; j < C::taps; ++j) pin_registers(acc[j]);
+  }
+};
+
+// The persistent block on TF32 (wgmma_persistent.cuh's structure): the producer warpgroup's thread 0 issues a
+// step's boxes, then all its 128 threads transpose the step's X into the K-major ring; the two consumer
+// warpgroups load dY's fragments and run the MMAs, and write each tile's output as the 16-bit block does.
+template <class C>
+__global__ void __launch_bounds__(kPersistentThreads, 1)
+    persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
+  if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_persistent_tf32)
+  extern __shared__ float4 smem4[];
+  char* base = reinterpret_cast<char*>(smem4);
+  base += (C::smem_align - shared_address(base) % C::smem_align) % C::smem_align;  // room in smem_bytes
+  float* smem = reinterpret_cast<float*>(base);
+  float* grads = smem + C::grad_base;
+  float* input = smem + C::input_base;
+  float* kmajors = smem + C::kmajor_base;
+  uint64_t* grad_full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
+  uint64_t* grad_empty = grad_full + C::grad_stages;
+  uint64_t* input_full = grad_empty + C::grad_stages;
+  uint64_t* kmajor_full = input_full + 1;
+  uint64_t* kmajor_empty = kmajor_full + C::kmajor_stages;
+  constexpr int consumer_warps = kConsumerThreads / 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::grad_stages; ++s) {
+      mbarrier_init(grad_full + s, 1);  // thread 0's arrival, with the copies' bytes
+      mbarrier_init(grad_empty + s, consumer_warps);
+    }
+    mbarrier_init(input_full, 1);
+    for (int s = 0; s < C::kmajor_stages; ++s) {
+      mbarrier_init(kmajor_full + s, 1);  // thread 0's, after the producer's barrier
+      mbarrier_init(kmajor_empty + s, consumer_warps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const Problem& p = args.problem;
+  const SegmentGrid& grid = args.grid;
+  const TileScheduler scheduler =
+      make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, 1, C::taps > 1 && args.balanced_taps);
+  const long long tiles = scheduler.count();
+  const auto walk_of = [&](const WorkTile& work) {
+    return make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
+  };
+
+  if (threadIdx.x < kProducerThreads) {
+    lower_registers<24>();
+    int g = 0;  // steps of this block
+    for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+      const WorkTile work = scheduler.tile(index);
+      const UnitWalk walk = walk_of(work);
+      const Tf32TapRuns<C> plan(p, work, walk);
+      for (int s = 0; s < plan.steps; ++s, ++g) {
+        const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
+        if (threadIdx.x == 0) {  // the raw X buffer is free: the producer's barrier below ended its last use
+          if (g >= C::grad_stages) mbarrier_wait(grad_empty + gs, (g / C::grad_stages - 1) & 1);
+          mbarrier_arrive_expect(grad_full + gs, plan.grad_bytes(s));
+          mbarrier_arrive_expect(input_full, uint32_t(C::side_bytes));
+          plan.issue(args, work, walk, grads + gs * C::side_elems, input, grad_full + gs, input_full, s);
+        }
+        mbarrier_wait(input_full, g & 1);
+        if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
+        tf32_transpose(input, kmajors + ks * C::side_elems, threadIdx.x);
+        fence_async_proxy();  // the transposed X visible to the MMAs (async proxy)
+        asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
+        if (threadIdx.x == 0) mbarrier_arrive(kmajor_full + ks);
+      }
+    }
+    return;
+  }
+
+  const int tid = threadIdx.x - kProducerThreads, warp = tid / 32, lane = tid % 32;
+  raise_registers<240>();
+  Tf32TapRunsGemm<C> gemm;
+  int g = 0, released = 0;
+  const auto release_through = [&](int last) {  // K-major buffers no later step reads
+    for (; released <= last; ++released)
+      if (lane == 0) mbarrier_arrive(kmajor_empty + released % C::kmajor_stages);
+    __syncwarp();
+  };
+  for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const WorkTile work = scheduler.tile(index);
+    const Tf32TapRuns<C> plan(p, work, walk_of(work));
+    const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);  // past the tensor: waits and releases
+    gemm.init(tid);
+    for (int s = 0; s < plan.steps; ++s, ++g) {
+      const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
+      mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
+      mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
+      if (plan.computes(s) && !idle) {
+        gemm.run(grads + gs * C::side_elems, kmajors, g, plan);
+      } else {
+        wgmma_fence();
+        wgmma_commit();  // an empty group keeps the count uniform
+      }
+      if (lane == 0) mbarrier_arrive(grad_empty + gs);  // dY's fragments are in registers
+      __syncwarp();
+      wgmma_wait<1>();  // the step before is done (run waited so at its second group already)
+      release_through(g - 1 - plan.reach);
+    }
+    gemm.template retire<0>();
+    release_through(g - 1);
+
+    const int bucket_index = grid.bucket_of(work.local);
+    float* bucket = bucket_index == 0 ? args.filter_grad
+                                      : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
+    static_for<0, C::taps>([&](auto t) {
+      constexpr int j = decltype(t)::value;
+      if (j >= plan.taps) return;
+      WorkTile column = work;
+      column.f0 += j;
+      write_fragment<64>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
+    });
+  }
+}
+
+// The TMA's maps of float32 X and dY for the TF32 tiles: boxes of 32 channels (128 bytes) of one pixel of
+// `images` images.
+inline bool encode_tf32_pixel_boxes(CUtensorMap* map, const void* base, long long n, long long h, long long w,
+                                    long long c, int images) {
+  const cuuint32_t box[4] = {32, 1, 1, cuuint32_t(images)};
+  return encode_boxes(map, base, 4, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// Whether the TF32 tiles are switched on (WINRS_JAX_TF32_TAPS=1: this draft runs only where asked for).
+inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") == '1'; }
+
+// Launches the TF32 T-tap tiles on `args` (its maps set here) where they apply: Hopper's sm_90a code loaded,
+// one problem, chains of one link, whole boxes of images (a multiple of 64, or 32), T-tap rows
+// (persistent_taps gives 2 or 3). False with nothing launched otherwise; else *result is the launch's status.
+template <int Taps>
+bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+  using C = WgmmaTf32TapsConfig<Taps>;
+  auto* kernel = persistent_tf32_kernel<C>;
+  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
+    sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
+  OmegaArgs args = mapped;
+  args.balanced_taps = tap_run_balanced_cut(int(args.problem.filter_w), C::taps, tap_run_rules());
+  args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, kTapRunOverheadSteps);
+  const long long tiles =
+      make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, 1, args.balanced_taps).count();
+  if (tiles < 1) return false;
+  *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
+  if (*result != cudaSuccess) return true;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(tiles < sms ? tiles : sms));
+  config.blockDim = dim3(kPersistentThreads);
+  config.dynamicSmemBytes = C::smem_bytes;
+  config.stream = stream;
+  *result = cudaLaunchKernelEx(&config, kernel, args);
+  return true;
+}
+
+// (A template, so that only the TF32 path's translation units compile the kernels.)
+template <Path P>
+bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
+  static_assert(P == Path::kTf32);
+  const Problem& p = args.problem;
+  if (!tf32_taps_enabled() || !persistent_launchable(args) || args.grid.image_parts != 1) return false;
+  const bool boxes = p.batch % kTapRunUnits == 0 || (kTapRunUnits % p.batch == 0 && p.batch >= 32);
+  if (!boxes || p.in_c % 4 != 0 || p.out_c % 4 != 0) return false;
+  const int taps = persistent_taps(p, args.grid, args.kernel);
+  if (taps != 2 && taps != 3) return false;
+  const int images = int(p.batch < kTapRunUnits ? p.batch : kTapRunUnits);
+  OmegaArgs mapped = args;
+  if (!encode_tf32_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c, images) ||
+      !encode_tf32_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, images))
+    return false;
+  return taps == 3 ? launch_tf32_taps_config<3>(mapped, stream, result)
+                   : launch_tf32_taps_config<2>(mapped, stream, result);
+}
+
+}  // namespace winrs::cuda
