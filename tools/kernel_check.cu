@@ -17,6 +17,7 @@
 
 #include "cpu/backward_filter.h"
 #include "cuda/omega.h"
+#include "cuda/wgmma_tf32_taps.cuh"
 #include "winrs/numeric.h"
 #include "winrs/variants.h"
 
@@ -242,6 +243,12 @@ int main(int argc, char** argv) {
                               Layer{batch, out_h, out_w, 2, filter_w});
       }
       unsetenv("WINRS_JAX_PERSISTENT_BLOCKS");
+    }
+    if (tf32_tiles) {  // the cases above must have run the TF32 tiles, not only mma.sync's fallback
+      const long long launches = winrs::cuda::tf32_taps_launches.load();
+      std::printf("TF32 T-tap tile launches: %lld\n", launches);
+      ++cases;
+      failures += launches == 0;
     }
     // More tiles than an H100 has SMs (8 segments x 9 taps x 2 output-channel blocks x 2 of 256 input
     // channels): the persistent 128 x 256 block walks two tiles or more, its ring of buffers running across

@@ -534,11 +534,15 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         return launch_config<WgmmaConfig<P>>(args, stream);
       }
     }
+#if defined(WINRS_WGMMA_BUILT)
     if constexpr (P == Path::kTf32) {
-      // DRAFT: TF32 T-tap tiles on wgmma where WINRS_JAX_TF32_TAPS=1 (wgmma_tf32_taps.cuh).
+      // DRAFT: TF32 T-tap tiles on wgmma where WINRS_JAX_TF32_TAPS=1 (wgmma_tf32_taps.cuh); only where the
+      // sm_90a code was built (a plain sm_90 image has the kernel's empty body) and WINRS_JAX_WGMMA is not 0.
       cudaError_t result = cudaSuccess;
-      if (copies && launch_tf32_taps<P>(args, stream, &result)) return result;
+      if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && launch_tf32_taps<P>(args, stream, &result))
+        return result;
     }
+#endif
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }
   return launch_config<OmegaConfig<0, P, false, false>>(args, stream);

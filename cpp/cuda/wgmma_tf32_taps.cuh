@@ -15,6 +15,7 @@
 // producer's own barrier), kmajor_full / kmajor_empty per K-major buffer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/tap_runs.cuh"
@@ -140,9 +141,10 @@ __device__ __forceinline__ uint64_t tf32_kmajor_descriptor(const float* p) {
 }
 
 // The consumers' GEMM: warpgroup g multiplies output channels 64 g .. 64 g + 63 (dY's fragments) by the
-// tile's 128 input channels for each tap. A step is four groups of 2 k8 slices x T taps; the fragments of a
-// group's slices sit in one of two register sets, loaded again once the group two before, which read them, is
-// done (wait<1>). The sets are members, alive across steps: a set that an MMA may still read is never a
+// tile's 128 input channels for each tap. A step is eight groups of one k8 slice x T taps (the probe ran four
+// groups of two slices); a group's fragment sits in one of two register sets, loaded again once the group two
+// before, which read it, is done (wait<1>): sets of two slices left ptxas short of registers beside 192
+// accumulators. The sets are members, alive across steps: a set that an MMA may still read is never a
 // register the compiler thinks free (pin after the wait).
 template <class C>
 struct Tf32TapRunsGemm {
@@ -309,8 +311,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
         wgmma_fence();
         wgmma_commit();  // an empty group keeps the count uniform
       }
+      __syncwarp();                                     // every lane's fragment loads before lane 0's release
       if (lane == 0) mbarrier_arrive(grad_empty + gs);  // dY's fragments are in registers
-      __syncwarp();
       wgmma_wait<1>();  // the step before is done (run waited so at its second group already)
       release_through(g - 1 - plan.reach);
     }
@@ -337,6 +339,9 @@ inline bool encode_tf32_pixel_boxes(CUtensorMap* map, const void* base, long lon
   const cuuint32_t box[4] = {32, 1, 1, cuuint32_t(images)};
   return encode_boxes(map, base, 4, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
+
+// Launches of the TF32 tiles in this process (tools/kernel_check.cu asserts that its TF32 cases ran them).
+inline std::atomic<long long> tf32_taps_launches{0};
 
 // Whether the TF32 tiles are switched on (WINRS_JAX_TF32_TAPS=1: this draft runs only where asked for).
 inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") == '1'; }
@@ -371,6 +376,7 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
   *result = cudaLaunchKernelEx(&config, kernel, args);
+  tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
