@@ -43,7 +43,7 @@ for stage in "$@"; do
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
     kcheck-tf32)
-      # DRAFT (branch experiment/tf32-taps): the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU
+      # DRAFT (not yet run on a GPU): the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU
       # executor, then the same cases on mma.sync.
       WINRS_JAX_TF32_TAPS=1 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     // (tap_run_even_split); on rows of 13 (too short once split), one tap. Again with 3 blocks
     // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
     // and their boundaries.
-    // (DRAFT, branch experiment/tf32-taps: TF32 too where WINRS_JAX_TF32_TAPS=1, wgmma_tf32_taps.cuh.)
+    // (TF32 too where WINRS_JAX_TF32_TAPS=1: the draft tiles of wgmma_tf32_taps.cuh, not yet run on a GPU.)
     const char* tf32_taps = std::getenv("WINRS_JAX_TF32_TAPS");
     const bool tf32_tiles =
         static_cast<winrs::Path>(path) == winrs::Path::kTf32 && tf32_taps && tf32_taps[0] == '1';

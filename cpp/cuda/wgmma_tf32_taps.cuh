@@ -1,4 +1,4 @@
-// DRAFT (branch experiment/tf32-taps; not yet run on a GPU): the persistent block's T-tap tiles for TF32,
+// DRAFT, not yet run on a GPU, off unless WINRS_JAX_TF32_TAPS=1: the persistent block's T-tap tiles for TF32,
 // float32 at the default precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
 // docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major only, and X and dY
 // are channel-major, so the 16-bit tile's form (both operands from shared memory, wgmma_wide_n.cuh) does not
