@@ -44,7 +44,7 @@ for stage in "$@"; do
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
     kcheck-tf32)
       # DRAFT (not yet run on a GPU): the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU
-      # executor, then the same cases on mma.sync.
+      # executor (kernel_check asserts that its TF32 cases launched them), then under memcheck.
       WINRS_JAX_TF32_TAPS=1 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30
       WINRS_JAX_TF32_TAPS=1 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 >"$OUT/sanitizer-tf32-taps.log" 2>&1
