@@ -9,6 +9,8 @@ python tools/ab_env.py VAR VALUE_A VALUE_B [VALUE_C ...] DTYPE SHAPE...   # shap
 Results are compared with VALUE_A's: "same" and "close" for VALUE_B, and "close_<value>" for each further one.
 
 VAR DETERMINISTIC (values 1 and 0) sets PlannerOptions.deterministic instead: each value its own program.
+AB_KERNELS="I J" forces the kernel pair (PlannerOptions.kernels, indices into winrs_jax.variants()), e.g. "0 0"
+for the direct kernel where the planner would pick a Winograd variant.
 """
 
 import dataclasses
@@ -40,6 +42,8 @@ def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None
             options = (
                 dataclasses.replace(WINRS, deterministic=value == "1") if var == "DETERMINISTIC" else WINRS
             )
+            if forced := os.environ.get("AB_KERNELS"):
+                options = dataclasses.replace(options, kernels=tuple(int(k) for k in forced.split()))
             x, dy, w, kwargs, compiled = _compiled(shape, dtype_name, options)
             fns = _filter_grads(w, kwargs, options)
             per_call = programs["per_call"] if programs else None
