@@ -61,8 +61,8 @@ for stage in "$@"; do
       # The TF32 three-tap tile's parts on wgmma (tools/tf32_wgmma_probe.cu): the producer's transpose checked for
       # bank conflicts (host), the fragment, transpose and descriptor layouts against an exact product, and the
       # rate of the main loop from shared memory.
-      nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu \
-        -o /tmp/tf32_wgmma_probe && /tmp/tf32_wgmma_probe | tee "$OUT/tf32-wgmma-probe.jsonl" ;;
+      nvcc -std=c++17 -O3 --expt-relaxed-constexpr -Icpp "--generate-code=arch=compute_90a,code=[sm_90a]" \
+        tools/tf32_wgmma_probe.cu -o /tmp/tf32_wgmma_probe && /tmp/tf32_wgmma_probe | tee "$OUT/tf32-wgmma-probe.jsonl" ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool "$tool" "$(kernel_check)" ${SANITIZE_PATHS:-fp32 bf16 tf32x3} >"$OUT/sanitizer-$tool.log" 2>&1

@@ -15,73 +15,26 @@
 //          X buffer each step, with a barrier of all three warpgroups per step.
 // The exit status counts the mismatches and the transpose's bank conflicts (checked on the host first, so
 // that a machine without a GPU runs that part). Build and run on a Hopper GPU:
-//   nvcc -std=c++17 -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/tf32_wgmma_probe.cu -o probe
+//   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -Icpp "--generate-code=arch=compute_90a,code=[sm_90a]"
+//     tools/tf32_wgmma_probe.cu -o probe
+// The layouts, the transpose and the MMA are the TF32 tiles' own (cpp/cuda/wgmma_tf32_taps.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "cuda/wgmma_tf32_taps.cuh"
+
 namespace {
+
+using namespace winrs::cuda;
 
 constexpr int kUnits = 64;                    // K of a step
 constexpr int kOut = 128;                     // output channels of a block (A rows, two warpgroups of 64)
 constexpr int kIn = 128;                      // input channels of a block (N)
 constexpr int kTaps = 3;                      // filter columns per tile
 constexpr int kStepBytes = kUnits * kIn * 4;  // one X or dY buffer, 32 KB
-
-// The TMA's 128-byte swizzle of a channel-major buffer: panels of 32 channels by `rows` units, the 16-byte
-// piece of channels 4q .. 4q + 3 of row k at piece q ^ (k % 8).
-__host__ __device__ constexpr int raw_index(int k, int c, int rows) {
-  return c / 32 * rows * 32 + k * 32 + ((c % 32 / 4) ^ (k % 8)) * 4 + c % 4;
-}
-// wgmma's K-major 128-byte swizzle: atoms of 32 units by `rows` channels, each channel's row of 128 bytes,
-// the piece of units 4q .. 4q + 3 at q ^ (channel % 8).
-__host__ __device__ constexpr int kmajor_index(int n, int k, int rows) {
-  return k / 32 * rows * 32 + n * 32 + ((k % 32 / 4) ^ (n % 8)) * 4 + k % 4;
-}
-
-__device__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// K-major, 128-byte swizzle: LBO unused (16 bytes), SBO 1024 bytes (eight 128-byte rows), base offset 0.
-__device__ uint64_t kmajor_descriptor(const void* p) {
-  return uint64_t((smem_address(p) & 0x3FFFF) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 |
-         uint64_t(1) << 62;
-}
-
-__device__ uint32_t tf32(float f) {
-  uint32_t r;
-  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
-  return r;
-}
-
-#define D8(i)                                                                                 \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-// D (64 x 128) += A (64 x 8, registers) B (8 x 128, shared memory, K-major).
-__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
-      "%42, "
-      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
-      "%63}, "
-      "{%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-#undef D8
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int Pending>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
-}
-// Keeps a register operand's value (and its register) alive until here: after the wait for the MMAs that
-// read it, so that the compiler does not reuse the register while they may still read it.
-__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
-__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 
 // A's fragment of k8 slice `slice` for thread (warp, lane) of a warpgroup whose rows start at `row0`: rows
 // 16 warp + lane / 4 (+ 8), units 8 slice + lane % 4 (+ 4) (CUTLASS's ALayout_64x8), from the raw
@@ -90,61 +43,18 @@ __device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memo
 // compiler keeps no address per slice in registers.
 struct FragmentOffsets {
   int o[4];
-  __device__ FragmentOffsets(int rows, int row0, int warp, int lane) {
+  __device__ FragmentOffsets(int row0, int warp, int lane) {
     const int m = row0 + 16 * warp + lane / 4, k = lane % 4;
-    o[0] = raw_index(k, m, rows);
-    o[1] = raw_index(k, m + 8, rows);
-    o[2] = raw_index(k + 4, m, rows);
-    o[3] = raw_index(k + 4, m + 8, rows);
+    o[0] = tf32_raw_index(k, m);
+    o[1] = tf32_raw_index(k, m + 8);
+    o[2] = tf32_raw_index(k + 4, m);
+    o[3] = tf32_raw_index(k + 4, m + 8);
   }
 };
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* raw, const FragmentOffsets& f,
                                        int slice) {
 #pragma unroll
-  for (int r = 0; r < 4; ++r) a[r] = tf32(raw[f.o[r] + 256 * slice]);
-}
-
-// One 16-byte shared-memory store (the compiler split a uint4 store into four, not knowing the alignment).
-__device__ __forceinline__ void store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(p)), "r"(a), "r"(b), "r"(c),
-               "r"(d)
-               : "memory");
-}
-
-// The producer's transpose of one X buffer (raw, channel-major) into K-major TF32: 4 x 4 blocks of units x
-// channels, each read by sixteen 4-byte loads and written by four 16-byte stores, without bank conflicts
-// either side (transpose_faults checks every access on the host).
-// Thread `thread`'s block of iteration `it` (of 4): channel group cg (of 32) and unit group ug (of 16); the
-// eight lanes of a quarter warp take a diagonal (ug = cg + d modulo 8), so that their 16-byte pieces differ
-// both in the raw buffer and in the K-major one. Its `step`-th channel of the block (of 4), rotated by the
-// quarter, so that a warp's 4-byte loads hit all 32 banks once.
-struct TransposeBlock {
-  int cg, ug;
-};
-__host__ __device__ constexpr TransposeBlock transpose_block(int thread, int it) {
-  const int i = thread % 8, flat = thread / 8 * 4 + it, d = flat % 8;
-  return {8 * (flat / 16) + i, 8 * (flat / 8 % 2) + (i + d) % 8};
-}
-__host__ __device__ constexpr int transpose_channel(int thread, int step) {
-  return (step + thread % 32 / 8) % 4;
-}
-
-__device__ __forceinline__ void transpose_x(const float* raw, float* kmajor, int thread) {
-#pragma unroll 1
-  for (int it = 0; it < 4; ++it) {
-    const TransposeBlock b = transpose_block(thread, it);
-    // One channel of the block at a time (four 4-byte loads, one 16-byte store), within the producer's 24
-    // registers.
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const int e = transpose_channel(thread, step);
-      float v[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) v[r] = raw[raw_index(4 * b.ug + r, 4 * b.cg + e, kUnits)];
-      store16(kmajor + kmajor_index(4 * b.cg + e, 4 * b.ug, kIn), tf32(v[0]), tf32(v[1]), tf32(v[2]),
-              tf32(v[3]));
-    }
-  }
+  for (int r = 0; r < 4; ++r) a[r] = tf32_bits(raw[f.o[r] + 256 * slice]);
 }
 
 // Host: the transpose's worst bank conflict (accesses of one bank in one pass: 32 lanes for 4-byte loads, 8
@@ -157,9 +67,9 @@ int transpose_faults() {
         for (int r = 0; r < 4; ++r) {
           int words[32][32] = {}, count[32] = {};  // per bank, the distinct words a pass reads
           for (int lane = 0; lane < 32; ++lane) {
-            const int thread = 32 * warp + lane, e = transpose_channel(thread, step);
-            const TransposeBlock b = transpose_block(thread, it);
-            const int word = raw_index(4 * b.ug + r, 4 * b.cg + e, kUnits), bank = word % 32;
+            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
+            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
+            const int word = tf32_raw_index(4 * b.ug + r, 4 * b.cg + e), bank = word % 32;
             ++seen[(4 * b.ug + r) * kIn + 4 * b.cg + e];
             bool again = false;
             for (int c = 0; c < count[bank]; ++c) again |= words[bank][c] == word;
@@ -170,9 +80,9 @@ int transpose_faults() {
         for (int pass = 0; pass < 4; ++pass) {
           int count[32] = {};
           for (int lane = 8 * pass; lane < 8 * pass + 8; ++lane) {
-            const int thread = 32 * warp + lane, e = transpose_channel(thread, step);
-            const TransposeBlock b = transpose_block(thread, it);
-            const int word = kmajor_index(4 * b.cg + e, 4 * b.ug, kIn);
+            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
+            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
+            const int word = tf32_kmajor_index(4 * b.cg + e, 4 * b.ug);
             for (int w = word; w < word + 4; ++w) worst = ++count[w % 32] > worst ? count[w % 32] : worst;
           }
         }
@@ -187,25 +97,26 @@ int transpose_faults() {
 __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) {
   extern __shared__ float4 dynamic[];
   char* base = reinterpret_cast<char*>(dynamic);
-  base += (1024 - smem_address(base) % 1024) % 1024;
+  base += (1024 - shared_address(base) % 1024) % 1024;
   float* raw = reinterpret_cast<float*>(base);  // A: 64 units x 64 channels, raw, 16 KB
   float* raw_b = raw + 64 * 64;                 // B: 64 units x 128 channels, raw, 32 KB
   float* kmajor = raw_b + kUnits * kIn;         // B transposed: 128 channels x 64 units, 32 KB
-  for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) raw[raw_index(e / 64, e % 64, 64)] = a_km[e];
-  for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x) raw_b[raw_index(e % 64, e / 64, kUnits)] = b_nk[e];
+  for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) raw[tf32_raw_index(e / 64, e % 64)] = a_km[e];
+  for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x) raw_b[tf32_raw_index(e % 64, e / 64)] = b_nk[e];
   __syncthreads();
-  transpose_x(raw_b, kmajor, threadIdx.x);  // as the rate kernel's producer does, 128 threads
+  tf32_transpose(raw_b, kmajor, threadIdx.x);  // as the rate kernel's producer does, 128 threads
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float d[64] = {};
   uint32_t a[8][4];
-  const FragmentOffsets offsets(64, 0, warp, lane);
+  const FragmentOffsets offsets(0, warp, lane);
   for (int s = 0; s < 8; ++s) load_a(a[s], raw, offsets, s);
-  fence();
-  for (int s = 0; s < 8; ++s) mma_rs(d, a[s], kmajor_descriptor(kmajor + kmajor_index(0, 8 * s, kIn)));
-  commit();
-  wait<0>();
+  wgmma_fence();
+  for (int s = 0; s < 8; ++s)
+    wgmma_m64n128k8_tf32_rs(d, a[s], tf32_kmajor_descriptor(kmajor + tf32_kmajor_index(0, 8 * s)));
+  wgmma_commit();
+  wgmma_wait<0>();
   for (int j = 0; j < 16; ++j)
     for (int v = 0; v < 4; ++v) {
       const int m = 16 * warp + lane / 4 + 8 * (v / 2), n = 8 * j + 2 * (lane % 4) + v % 2;
@@ -221,7 +132,7 @@ constexpr int kRateSmem = (kXBuffers + kGradBuffers + 1) * kStepBytes + 1024;
 __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float* sink) {
   extern __shared__ float4 dynamic[];
   char* base = reinterpret_cast<char*>(dynamic);
-  base += (1024 - smem_address(base) % 1024) % 1024;
+  base += (1024 - shared_address(base) % 1024) % 1024;
   float* xs = reinterpret_cast<float*>(base);
   float* grads = xs + kXBuffers * kUnits * kIn;
   float* raw_x = grads + kGradBuffers * kUnits * kOut;
@@ -236,7 +147,7 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
     // (Without a release: the buffer written here may still be read by the MMAs of the step before the last,
     // which a kernel's empty barrier would wait for; the values do not matter to the rate.)
     for (int step = 0; step < steps; ++step) {
-      transpose_x(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
+      tf32_transpose(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       asm volatile("bar.sync 1, 384;\n" ::: "memory");
     }
@@ -251,7 +162,7 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
     for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
   // A's registers in two sets of two slices: a step is four groups of 3 taps x 2 slices, and a set is loaded
   // again once the group two before, which read it, is done (wait<1>).
-  const FragmentOffsets offsets(kUnits, 64 * group, warp, lane);
+  const FragmentOffsets offsets(64 * group, warp, lane);
   uint32_t a[2][2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -259,42 +170,43 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
     for (int q = 0; q < 2; ++q) load_a(a[h][q], grads, offsets, 2 * h + q);
   // Descriptors as X's first buffer's plus a byte offset (in the start address field): no 64-bit address
   // arithmetic per MMA for the compiler to hoist out of the loop into registers.
-  const uint64_t x_descriptor = kmajor_descriptor(xs);
+  const uint64_t x_descriptor = tf32_kmajor_descriptor(xs);
 #pragma unroll 1
   for (int step = 0; step < steps; ++step) {
     const float* grad = grads + step % kGradBuffers * kUnits * kOut;
 #pragma unroll
     for (int quarter = 0; quarter < 4; ++quarter) {
       const int h = quarter % 2;
-      wait<1>();
+      wgmma_wait<1>();
 #pragma unroll
       for (int q = 0; q < 2; ++q)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) pin(a[h][q][r]);
+        for (int r = 0; r < 4; ++r) pin_register(a[h][q][r]);
       if (mode >= 1) {
 #pragma unroll
         for (int q = 0; q < 2; ++q) load_a(a[h][q], grad, offsets, 2 * quarter + q);
       }
-      fence();
+      wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kTaps; ++j) {
         const uint32_t buffer = uint32_t(step - j) % kXBuffers * kStepBytes;
 #pragma unroll
         for (int q = 0; q < 2; ++q)
-          mma_rs(acc[j], a[h][q],
-                 x_descriptor + ((buffer + 4 * kmajor_index(0, 16 * quarter + 8 * q, kIn)) >> 4));
+          wgmma_m64n128k8_tf32_rs(
+              acc[j], a[h][q],
+              x_descriptor + ((buffer + 4 * tf32_kmajor_index(0, 16 * quarter + 8 * q)) >> 4));
       }
-      commit();
+      wgmma_commit();
     }
     if (mode >= 2) asm volatile("bar.sync 1, 384;\n" ::: "memory");
   }
-  wait<0>();
+  wgmma_wait<0>();
   float total = 0.0f;
 #pragma unroll
   for (int j = 0; j < kTaps; ++j)
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
-      pin(acc[j][i]);
+      pin_register(acc[j][i]);
       total += acc[j][i];
     }
   if (total == 12345.678f) sink[blockIdx.x] = total;  // keeps the MMAs

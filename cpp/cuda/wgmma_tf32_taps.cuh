@@ -89,28 +89,36 @@ struct Tf32TapRuns : TapRunWalk {
 };
 
 // The producer's transpose of the raw X buffer into a K-major one, TF32-rounded: 4 x 4 blocks of units x
-// channels, each read by sixteen 4-byte loads and written by four 16-byte stores; thread `thread`'s block of
-// iteration `it` has channel group cg and unit group ug, the eight lanes of a quarter warp on a diagonal (ug
-// = cg + d modulo 8) and the quarter warps starting at different channels of a block, so that neither side
-// meets a bank conflict (tools/tf32_wgmma_probe.cu, transpose_faults, checks the same mapping on the host).
+// channels, each read by sixteen 4-byte loads and written by four 16-byte stores. Thread `thread`'s block of
+// iteration `it` (of 4) has channel group cg (of 32) and unit group ug (of 16), the eight lanes of a quarter
+// warp on a diagonal (ug = cg + d modulo 8), and its `step`-th channel (of 4) starts at the quarter's own, so
+// that neither side meets a bank conflict (tools/tf32_wgmma_probe.cu, transpose_faults, checks this mapping
+// on the host: every access, every element once).
+struct Tf32TransposeBlock {
+  int cg, ug;
+};
+WINRS_HD constexpr Tf32TransposeBlock tf32_transpose_block(int thread, int it) {
+  const int i = thread % 8, flat = thread / 8 * 4 + it, d = flat % 8;
+  return {8 * (flat / 16) + i, 8 * (flat / 8 % 2) + (i + d) % 8};
+}
+WINRS_HD constexpr int tf32_transpose_channel(int thread, int step) { return (step + thread % 32 / 8) % 4; }
+
 __device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(p)), "r"(a), "r"(b), "r"(c),
                "r"(d)
                : "memory");
 }
 __device__ __forceinline__ void tf32_transpose(const float* raw, float* kmajor, int thread) {
-  const int i = thread % 8, quarter = thread % 32 / 8;
 #pragma unroll 1
   for (int it = 0; it < 4; ++it) {
-    const int flat = thread / 8 * 4 + it, d = flat % 8;
-    const int cg = 8 * (flat / 16) + i, ug = 8 * (flat / 8 % 2) + (i + d) % 8;
+    const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
 #pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const int e = (step + quarter) % 4;
+    for (int step = 0; step < 4; ++step) {  // one channel at a time: four values within 24 registers
+      const int e = tf32_transpose_channel(thread, step);
       float v[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) v[r] = raw[tf32_raw_index(4 * ug + r, 4 * cg + e)];
-      tf32_store16(kmajor + tf32_kmajor_index(4 * cg + e, 4 * ug), tf32_bits(v[0]), tf32_bits(v[1]),
+      for (int r = 0; r < 4; ++r) v[r] = raw[tf32_raw_index(4 * b.ug + r, 4 * b.cg + e)];
+      tf32_store16(kmajor + tf32_kmajor_index(4 * b.cg + e, 4 * b.ug), tf32_bits(v[0]), tf32_bits(v[1]),
                    tf32_bits(v[2]), tf32_bits(v[3]));
     }
   }
