@@ -230,13 +230,14 @@ inline bool persistent_launchable(const OmegaArgs& args) {
          aligned8(args.workspace);
 }
 
-// Launches the persistent block on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here
+// Launches `kernel`, a persistent block of config C (persistent_kernel, or the TF32 tiles',
+// wgmma_tf32_taps.cuh), on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here
 // (persistent_launchable, the sm_90a code loaded), with nothing launched; else *result is the launch's
 // status.
 template <class C>
-bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped, cudaStream_t stream,
+                             cudaError_t* result) {
   if (!persistent_launchable(mapped)) return false;
-  auto* kernel = persistent_kernel<C>;
   if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -270,6 +271,11 @@ bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t
   config.stream = stream;
   *result = cudaLaunchKernelEx(&config, kernel, args);
   return true;
+}
+
+template <class C>
+bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+  return launch_persistent_block<C>(persistent_kernel<C>, mapped, stream, result);
 }
 
 }  // namespace winrs::cuda

@@ -354,41 +354,19 @@ inline std::atomic<long long> tf32_taps_launches{0};
 // Whether the TF32 tiles are switched on (WINRS_JAX_TF32_TAPS=1: this draft runs only where asked for).
 inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") == '1'; }
 
-// Launches the TF32 T-tap tiles on `args` (its maps set here) where they apply: Hopper's sm_90a code loaded,
-// one problem, chains of one link, whole boxes of images (a multiple of 64, or 32), T-tap rows
-// (persistent_taps gives 2 or 3). False with nothing launched otherwise; else *result is the launch's status.
+// Launches the TF32 T-tap tiles of T taps on the maps (launch_persistent_block); counts the launches.
 template <int Taps>
 bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
   using C = WgmmaTf32TapsConfig<Taps>;
-  auto* kernel = persistent_tf32_kernel<C>;
-  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
-    sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
-  OmegaArgs args = mapped;
-  args.balanced_taps = tap_run_balanced_cut(int(args.problem.filter_w), C::taps, tap_run_rules());
-  args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, kTapRunOverheadSteps);
-  const long long tiles =
-      make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, 1, args.balanced_taps).count();
-  if (tiles < 1) return false;
-  *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
-  if (*result != cudaSuccess) return true;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(tiles < sms ? tiles : sms));
-  config.blockDim = dim3(kPersistentThreads);
-  config.dynamicSmemBytes = C::smem_bytes;
-  config.stream = stream;
-  *result = cudaLaunchKernelEx(&config, kernel, args);
+  if (!launch_persistent_block<C>(persistent_tf32_kernel<C>, mapped, stream, result)) return false;
   tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-// (A template, so that only the TF32 path's translation units compile the kernels.)
+// Launches the TF32 T-tap tiles (their maps set here) where they apply: switched on, Hopper's sm_90a code
+// loaded, one problem, chains of one link, whole boxes of images (a multiple of 64, or 32), T-tap rows
+// (persistent_taps gives 2 or 3). False with nothing launched otherwise; else *result is the launch's
+// status. (A template, so that only the TF32 path's translation units compile the kernels.)
 template <Path P>
 bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
   static_assert(P == Path::kTf32);
