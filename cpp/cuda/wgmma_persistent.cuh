@@ -89,6 +89,26 @@ __device__ __forceinline__ void write_fragment(const float* acc, float* bucket, 
   }
 }
 
+// A tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores): the
+// fragments of its first `taps` filter columns of Taps into its bucket.
+template <int Taps, class Gemm>
+__device__ __forceinline__ void write_tile(const Gemm& gemm, const OmegaArgs& args, const WorkTile& work,
+                                           int taps, int warp, int lane) {
+  const Problem& p = args.problem;
+  const int bucket_index = args.grid.bucket_of(work.local);
+  float* bucket = bucket_index == 0 ? args.filter_grad
+                                    : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
+  constexpr int per_tap = Gemm::accumulators / Taps;
+  static_for<0, Taps>([&](auto t) {
+    constexpr int j = decltype(t)::value;
+    if (j >= taps) return;
+    WorkTile column = work;
+    column.f0 += j;
+    write_fragment<per_tap>(gemm.column(j), bucket, p, column, warp, lane, args.grid.atomic,
+                            args.kernel == 1);
+  });
+}
+
 template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_kernel(const __grid_constant__ OmegaArgs args) {
@@ -173,18 +193,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     gemm.template retire<0>();
     release_through(g - 1);
 
-    // The tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores).
-    const int bucket_index = grid.bucket_of(work.local);
-    float* bucket = bucket_index == 0 ? args.filter_grad
-                                      : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
-    constexpr int per_tap = PersistentGemm<C>::accumulators / C::taps;
-    static_for<0, C::taps>([&](auto t) {
-      constexpr int j = decltype(t)::value;
-      if (j >= plan.taps) return;
-      WorkTile column = work;
-      column.f0 += j;
-      write_fragment<per_tap>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
-    });
+    write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
   }
 }
 

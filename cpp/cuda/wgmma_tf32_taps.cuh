@@ -327,16 +327,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     gemm.template retire<0>();
     release_through(g - 1);
 
-    const int bucket_index = grid.bucket_of(work.local);
-    float* bucket = bucket_index == 0 ? args.filter_grad
-                                      : args.workspace + (long long)(bucket_index - 1) * p.filter_elems();
-    static_for<0, C::taps>([&](auto t) {
-      constexpr int j = decltype(t)::value;
-      if (j >= plan.taps) return;
-      WorkTile column = work;
-      column.f0 += j;
-      write_fragment<64>(gemm.column(j), bucket, p, column, warp, lane, grid.atomic, args.kernel == 1);
-    });
+    write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
   }
 }
 
