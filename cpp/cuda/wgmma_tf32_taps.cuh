@@ -232,7 +232,7 @@ struct Tf32TapRunsGemm {
 template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
-  if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_persistent_tf32)
+  if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_tf32_taps)
   extern __shared__ float4 smem4[];
   char* base = reinterpret_cast<char*>(smem4);
   base += (C::smem_align - shared_address(base) % C::smem_align) % C::smem_align;  // room in smem_bytes
