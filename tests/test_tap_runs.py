@@ -32,3 +32,19 @@ def test_tap_run_tiles_sum_every_term_once(tmp_path: Path) -> None:
     result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "layers checked" in result.stdout
+
+
+@pytest.mark.skipif(_compiler() is None or not SOURCES, reason="needs a C++ compiler and the sources")
+def test_tf32_tile_layouts_and_transpose(tmp_path: Path) -> None:
+    """The TF32 T-tap tiles' shared-memory layouts (cpp/winrs/tf32_layout.h) are bijections in whole 16-byte
+    pieces, a raw k8 slice is 256 floats on with the same swizzle, the producer's transpose reads every element
+    once without bank conflicts (the check fails with the quarter warps' channel rotation undone), and every
+    tap's X K-block starts on a k8 slice inside one K-major atom. That the layouts are the TMA's and wgmma's own
+    swizzles is for the device: tools/tf32_wgmma_probe.cu and kernel_check (tools/device_check.sh kcheck-tf32)."""
+    binary = tmp_path / "tf32_layout_check"
+    source = ROOT / "tests" / "cpp" / "tf32_layout_check.cc"
+    subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],
+                   check=True)  # fmt: skip
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok"

@@ -28,6 +28,7 @@
 
 namespace {
 
+using namespace winrs;
 using namespace winrs::cuda;
 
 constexpr int kUnits = 64;                    // K of a step
@@ -57,41 +58,13 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* raw, const
   for (int r = 0; r < 4; ++r) a[r] = tf32_bits(raw[f.o[r] + 256 * slice]);
 }
 
-// Host: the transpose's worst bank conflict (accesses of one bank in one pass: 32 lanes for 4-byte loads, 8
-// for 16-byte stores) and whether it covers every element once; 0 when it is conflict-free and complete.
+// Host: the transpose's bank conflicts and coverage (winrs/tf32_layout.h); 0 when it is conflict-free and
+// reads every element once.
 int transpose_faults() {
-  int worst = 1, seen[kUnits * kIn] = {};
-  for (int warp = 0; warp < 4; ++warp)
-    for (int it = 0; it < 4; ++it)
-      for (int step = 0; step < 4; ++step) {
-        for (int r = 0; r < 4; ++r) {
-          int words[32][32] = {}, count[32] = {};  // per bank, the distinct words a pass reads
-          for (int lane = 0; lane < 32; ++lane) {
-            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
-            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
-            const int word = tf32_raw_index(4 * b.ug + r, 4 * b.cg + e), bank = word % 32;
-            ++seen[(4 * b.ug + r) * kIn + 4 * b.cg + e];
-            bool again = false;
-            for (int c = 0; c < count[bank]; ++c) again |= words[bank][c] == word;
-            if (!again) words[bank][count[bank]++] = word;
-            worst = count[bank] > worst ? count[bank] : worst;
-          }
-        }
-        for (int pass = 0; pass < 4; ++pass) {
-          int count[32] = {};
-          for (int lane = 8 * pass; lane < 8 * pass + 8; ++lane) {
-            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
-            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
-            const int word = tf32_kmajor_index(4 * b.cg + e, 4 * b.ug);
-            for (int w = word; w < word + 4; ++w) worst = ++count[w % 32] > worst ? count[w % 32] : worst;
-          }
-        }
-      }
-  int missed = 0;
-  for (int v : seen) missed += v != 1;
-  std::printf("{\"probe\": \"transpose banks\", \"worst ways\": %d, \"elements not once\": %d}\n", worst,
-              missed);
-  return (worst - 1) + missed;
+  const winrs::Tf32TransposeFaults f = winrs::tf32_transpose_faults();
+  std::printf("{\"probe\": \"transpose banks\", \"worst ways\": %d, \"elements not once\": %d}\n",
+              f.worst_ways, f.missed);
+  return (f.worst_ways - 1) + f.missed;
 }
 
 __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) {

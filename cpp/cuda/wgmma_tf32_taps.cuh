@@ -20,19 +20,9 @@
 
 #include "cuda/tap_runs.cuh"
 #include "cuda/wgmma_persistent.cuh"
+#include "winrs/tf32_layout.h"
 
 namespace winrs::cuda {
-
-// Element (unit k, channel c) of a raw buffer: panels of 32 channels by 64 units, the 16-byte piece of
-// channels 4q .. 4q + 3 of unit k at piece q ^ (k % 8) (the TMA's 128-byte swizzle of 128-byte rows).
-WINRS_HD constexpr int tf32_raw_index(int k, int c) {
-  return c / 32 * 64 * 32 + k * 32 + ((c % 32 / 4) ^ (k % 8)) * 4 + c % 4;
-}
-// Element (channel n, unit k) of a K-major buffer: atoms of 32 units by 128 channels, each channel's row of
-// 128 bytes, the piece of units 4q .. 4q + 3 at q ^ (n % 8) (wgmma's K-major 128-byte swizzle).
-WINRS_HD constexpr int tf32_kmajor_index(int n, int k) {
-  return k / 32 * 128 * 32 + n * 32 + ((k % 32 / 4) ^ (n % 8)) * 4 + k % 4;
-}
 
 template <int Taps>
 struct WgmmaTf32TapsConfig {
@@ -46,6 +36,7 @@ struct WgmmaTf32TapsConfig {
   static constexpr int n = Taps, r = 1, taps = Taps;
   static constexpr int BN = 128, BM = 128;  // output x input channels
   static constexpr int K = 8, copy_units = kTapRunUnits;
+  static_assert(copy_units == kTf32StepUnits && BN == kTf32SideChannels && BM == kTf32SideChannels);
   static constexpr int panel_channels = 32, panel_elems = copy_units * panel_channels;
   static constexpr int side_elems = 4 * panel_elems;  // one side of a step, 128 channels: 32 KB
   static constexpr int side_bytes = side_elems * 4;
@@ -88,21 +79,8 @@ struct Tf32TapRuns : TapRunWalk {
   }
 };
 
-// The producer's transpose of the raw X buffer into a K-major one, TF32-rounded: 4 x 4 blocks of units x
-// channels, each read by sixteen 4-byte loads and written by four 16-byte stores. Thread `thread`'s block of
-// iteration `it` (of 4) has channel group cg (of 32) and unit group ug (of 16), the eight lanes of a quarter
-// warp on a diagonal (ug = cg + d modulo 8), and its `step`-th channel (of 4) starts at the quarter's own, so
-// that neither side meets a bank conflict (tools/tf32_wgmma_probe.cu, transpose_faults, checks this mapping
-// on the host: every access, every element once).
-struct Tf32TransposeBlock {
-  int cg, ug;
-};
-WINRS_HD constexpr Tf32TransposeBlock tf32_transpose_block(int thread, int it) {
-  const int i = thread % 8, flat = thread / 8 * 4 + it, d = flat % 8;
-  return {8 * (flat / 16) + i, 8 * (flat / 8 % 2) + (i + d) % 8};
-}
-WINRS_HD constexpr int tf32_transpose_channel(int thread, int step) { return (step + thread % 32 / 8) % 4; }
-
+// The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
+// blocks, their lanes and its host check).
 __device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(p)), "r"(a), "r"(b), "r"(c),
                "r"(d)
