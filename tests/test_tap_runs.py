@@ -19,19 +19,24 @@ def _compiler() -> str | None:
 SOURCES = (ROOT / "cpp" / "winrs").is_dir()
 
 
+def _host_check(tmp_path: Path, name: str) -> str:
+    """Compiles and runs tests/cpp/<name>.cc; its output, after asserting that it exited 0."""
+    binary = tmp_path / name
+    source = ROOT / "tests" / "cpp" / f"{name}.cc"
+    subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],
+                   check=True)  # fmt: skip
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
 @pytest.mark.skipif(_compiler() is None or not SOURCES, reason="needs a C++ compiler and the sources")
 def test_tap_run_tiles_sum_every_term_once(tmp_path: Path) -> None:
     """Each term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] of a real X row is summed exactly once, each
     MMA meets X of its own images, row and column, reads steps of its own run only, and no step mixes real units
     with units past a run's end; a batch of 32 on odd rows fits only with the last column apart
     (tap_run_even_split), which the one-tap tiles then sum."""
-    binary = tmp_path / "tap_runs_check"
-    source = ROOT / "tests" / "cpp" / "tap_runs_check.cc"
-    subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],
-                   check=True)  # fmt: skip
-    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "layers checked" in result.stdout
+    assert "layers checked" in _host_check(tmp_path, "tap_runs_check")
 
 
 @pytest.mark.skipif(_compiler() is None or not SOURCES, reason="needs a C++ compiler and the sources")
@@ -41,10 +46,4 @@ def test_tf32_tile_layouts_and_transpose(tmp_path: Path) -> None:
     once without bank conflicts (the check fails with the quarter warps' channel rotation undone), and every
     tap's X K-block starts on a k8 slice inside one K-major atom. That the layouts are the TMA's and wgmma's own
     swizzles is for the device: tools/tf32_wgmma_probe.cu and kernel_check (tools/device_check.sh kcheck-tf32)."""
-    binary = tmp_path / "tf32_layout_check"
-    source = ROOT / "tests" / "cpp" / "tf32_layout_check.cc"
-    subprocess.run([_compiler(), "-std=c++17", "-O1", "-I", str(ROOT / "cpp"), str(source), "-o", str(binary)],
-                   check=True)  # fmt: skip
-    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "ok"
+    assert _host_check(tmp_path, "tf32_layout_check").strip() == "ok"
