@@ -221,9 +221,8 @@ int main(int argc, char** argv) {
     // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
     // and their boundaries.
     // (TF32 too where WINRS_JAX_TF32_TAPS=1: the draft tiles of wgmma_tf32_taps.cuh, not yet run on a GPU.)
-    const char* tf32_taps = std::getenv("WINRS_JAX_TF32_TAPS");
     const bool tf32_tiles =
-        static_cast<winrs::Path>(path) == winrs::Path::kTf32 && tf32_taps && tf32_taps[0] == '1';
+        static_cast<winrs::Path>(path) == winrs::Path::kTf32 && winrs::cuda::tf32_taps_enabled();
     for (const char* blocks : {"", "3"}) {
       if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2 && !tf32_tiles) break;
       setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks, 1);

@@ -45,11 +45,8 @@ constexpr int kStepBytes = kUnits * kIn * 4;  // one X or dY buffer, 32 KB
 struct FragmentOffsets {
   int o[4];
   __device__ FragmentOffsets(int row0, int warp, int lane) {
-    const int m = row0 + 16 * warp + lane / 4, k = lane % 4;
-    o[0] = tf32_raw_index(k, m);
-    o[1] = tf32_raw_index(k, m + 8);
-    o[2] = tf32_raw_index(k + 4, m);
-    o[3] = tf32_raw_index(k + 4, m + 8);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[r] = tf32_fragment_offset(row0 + 16 * warp + lane / 4, lane, r);
   }
 };
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* raw, const FragmentOffsets& f,

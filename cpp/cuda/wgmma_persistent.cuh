@@ -89,6 +89,18 @@ __device__ __forceinline__ void write_fragment(const float* acc, float* bucket, 
   }
 }
 
+// The tiles a persistent block of config C walks (its kernels' and its launch's count), and a tile's units.
+// (C::taps > 1: the one-tap kernel compiles the balanced cut out; kept, it spilled a register.)
+template <class C>
+__host__ __device__ inline TileScheduler persistent_scheduler(const OmegaArgs& args) {
+  return make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, 1,
+                        C::taps > 1 && args.balanced_taps);
+}
+template <class C>
+__device__ __forceinline__ UnitWalk persistent_walk(const OmegaArgs& args, const WorkTile& work) {
+  return make_unit_walk(args.problem, args.grid.segment(work.segment), work.fh, C::r);
+}
+
 // A tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores): the
 // fragments of its first `taps` filter columns of Taps into its bucket.
 template <int Taps, class Gemm>
@@ -131,14 +143,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   __syncthreads();  // the block's last barrier 0: the producer's other threads leave below
 
   const Problem& p = args.problem;
-  const SegmentGrid& grid = args.grid;
-  // (C::taps > 1: the one-tap kernel compiles the balanced cut out; kept, it spilled a register.)
-  const TileScheduler scheduler =
-      make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, 1, C::taps > 1 && args.balanced_taps);
+  const TileScheduler scheduler = persistent_scheduler<C>(args);
   const long long tiles = scheduler.count();
-  const auto walk_of = [&](const WorkTile& work) {
-    return make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
-  };
 
   if (threadIdx.x < kProducerThreads) {  // the producer warpgroup: one thread issues
     lower_registers<40>();
@@ -146,7 +152,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     int g = 0;  // steps issued by this block
     for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
       const WorkTile work = scheduler.tile(index);
-      const UnitWalk walk = walk_of(work);
+      const UnitWalk walk = persistent_walk<C>(args, work);
       const Steps plan(p, work, walk);
       for (int s = 0; s < plan.steps; ++s, ++g) {
         const int slot = g % stages;
@@ -170,7 +176,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   };
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
     const WorkTile work = scheduler.tile(index);
-    const Steps plan(p, work, walk_of(work));
+    const Steps plan(p, work, persistent_walk<C>(args, work));
     // A warpgroup whose 64 output channels all lie past the tensor (a last block of 1-64 channels, as in 192
     // or 136) would multiply dY's zeros: it only waits and releases.
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);
@@ -268,8 +274,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped,
         overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
     args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
   }
-  const long long tiles =
-      make_scheduler(args.problem, args.grid, args.kernel, C::n, C::BN, C::BM, 1, args.balanced_taps).count();
+  const long long tiles = persistent_scheduler<C>(args).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
   if (*result != cudaSuccess) return true;

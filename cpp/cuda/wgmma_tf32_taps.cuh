@@ -135,19 +135,15 @@ __device__ __forceinline__ uint64_t tf32_kmajor_descriptor(const float* p) {
 template <class C>
 struct Tf32TapRunsGemm {
   static constexpr int accumulators = 64 * C::taps;
-  int warp, lane;
   int fragment[4];  // this thread's fragment offsets in a raw dY buffer for slice 0 (+256 floats a slice)
   float acc[C::taps][64];
   uint32_t a[2][4];  // two register sets of one k8 slice's fragment
 
   __device__ void init(int tid) {
-    warp = tid / 32;
-    lane = tid % 32;
-    const int m = 16 * warp + lane / 4, k = lane % 4;  // warp 0..7: rows 64 (warp / 4) + 16 (warp % 4) ..
-    fragment[0] = tf32_raw_index(k, m);
-    fragment[1] = tf32_raw_index(k, m + 8);
-    fragment[2] = tf32_raw_index(k + 4, m);
-    fragment[3] = tf32_raw_index(k + 4, m + 8);
+    // Consumer warps 0..7: rows 16 (tid / 32) .. of the tile's 128 output channels.
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      fragment[r] = tf32_fragment_offset(16 * (tid / 32) + tid % 32 / 4, tid % 32, r);
 #pragma unroll
     for (int j = 0; j < C::taps; ++j)
 #pragma unroll
@@ -166,14 +162,14 @@ struct Tf32TapRunsGemm {
   template <class Steps>
   __device__ void run(const float* grad, const float* kmajor, int g, const Steps& plan) {
     if (plan.positions == 1) {
-      run_taps<C::taps, 1>(grad, kmajor, g);
+      run_positions<1>(grad, kmajor, g);
     } else {
-      run_taps<C::taps, 2>(grad, kmajor, g);
+      run_positions<2>(grad, kmajor, g);
     }
   }
 
-  template <int Taps, int Positions>
-  __device__ void run_taps(const float* grad, const float* kmajor, int g) {
+  template <int Positions>
+  __device__ void run_positions(const float* grad, const float* kmajor, int g) {
     const uint64_t base = tf32_kmajor_descriptor(kmajor);
     static_for<0, 8>([&](auto slice_constant) {
       constexpr int slice = decltype(slice_constant)::value, h = slice % 2;
@@ -183,7 +179,7 @@ struct Tf32TapRunsGemm {
 #pragma unroll
       for (int r = 0; r < 4; ++r) a[h][r] = tf32_bits(grad[fragment[r] + 256 * slice]);
       wgmma_fence();
-      static_for<0, Taps>([&](auto t) {
+      static_for<0, C::taps>([&](auto t) {
         constexpr int j = decltype(t)::value;
         // K-block slice / 2 (16 units) of tap j: its X `back` steps before, from unit `row` of that step; the
         // slice is its half at row + 8 (whole k8 slices: 32-byte offsets in a K-major atom).
@@ -239,20 +235,15 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   __syncthreads();
 
   const Problem& p = args.problem;
-  const SegmentGrid& grid = args.grid;
-  const TileScheduler scheduler =
-      make_scheduler(p, grid, args.kernel, C::n, C::BN, C::BM, 1, C::taps > 1 && args.balanced_taps);
+  const TileScheduler scheduler = persistent_scheduler<C>(args);
   const long long tiles = scheduler.count();
-  const auto walk_of = [&](const WorkTile& work) {
-    return make_unit_walk(p, grid.segment(work.segment), work.fh, C::r);
-  };
 
   if (threadIdx.x < kProducerThreads) {
     lower_registers<24>();
     int g = 0;  // steps of this block
     for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
       const WorkTile work = scheduler.tile(index);
-      const UnitWalk walk = walk_of(work);
+      const UnitWalk walk = persistent_walk<C>(args, work);
       const Tf32TapRuns<C> plan(p, work, walk);
       for (int s = 0; s < plan.steps; ++s, ++g) {
         const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
@@ -284,7 +275,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   };
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
     const WorkTile work = scheduler.tile(index);
-    const Tf32TapRuns<C> plan(p, work, walk_of(work));
+    const Tf32TapRuns<C> plan(p, work, persistent_walk<C>(args, work));
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);  // past the tensor: waits and releases
     gemm.init(tid);
     for (int s = 0; s < plan.steps; ++s, ++g) {

@@ -22,6 +22,13 @@ WINRS_HD constexpr int tf32_kmajor_index(int n, int k) {
   return k / 32 * kTf32SideChannels * 32 + n * 32 + ((k % 32 / 4) ^ (n % 8)) * 4 + k % 4;
 }
 
+// Element r (of 4) of a consumer thread's TF32 register fragment (CUTLASS's ALayout_64x8) of k8 slice 0 in a
+// raw buffer: channels row and row + 8 (row: its warp's first row + lane / 4), units lane % 4 and lane % 4 +
+// 4; slice s is 256 floats further, with the same swizzle (the loads take immediate offsets).
+WINRS_HD constexpr int tf32_fragment_offset(int row, int lane, int r) {
+  return tf32_raw_index(lane % 4 + 4 * (r / 2), row + 8 * (r % 2));
+}
+
 // The producer's transpose (raw X into a K-major buffer) by 128 threads: 4 x 4 blocks of units x channels,
 // each read by sixteen 4-byte loads and written by four 16-byte stores. Thread `thread`'s block of iteration
 // `it` (of 4) has channel group cg (of 32) and unit group ug (of 16), the eight lanes of a quarter warp on a
