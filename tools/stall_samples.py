@@ -2,7 +2,8 @@
 
 python tools/stall_samples.py LAYER DTYPE OUT_PREFIX [TOP]   # LAYER in bench's form, e.g. 32:56:256:3
 
-Profiles the first omega kernel of `tools/profile_layer.py LAYER DTYPE winrs` (after two launches), writes
+Profiles the first omega kernel (PROFILE_KERNEL: another name's regex) of `tools/profile_layer.py LAYER DTYPE winrs
+$PROFILE_ARGS` (after two launches), writes
 OUT_PREFIX.ncu-rep and OUT_PREFIX.csv (the source page) and prints the instructions with the most samples:
 where the warps wait (the instruction after a barrier's try-wait, an HGMMA waiting for its operands or the
 tensor pipe, an atomic).
@@ -22,7 +23,8 @@ def main(layer: str, dtype: str, prefix: str, top: int = 12) -> None:
     subprocess.run(
         ["ncu", "--kernel-name", kernel, "--launch-skip", "2", "--launch-count", "1",
          "--section", "WarpStateStats", "--section", "SourceCounters", "--import-source", "no", "-f",
-         "-o", prefix, sys.executable, str(root / "profile_layer.py"), layer, dtype, "winrs"],
+         "-o", prefix, sys.executable, str(root / "profile_layer.py"), layer, dtype, "winrs",
+         *os.environ.get("PROFILE_ARGS", "").split()],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     text = subprocess.run(

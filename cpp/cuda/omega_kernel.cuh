@@ -473,6 +473,20 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
   return launch_taps<P, kNarrowBlock>(args, stream);
 }
 
+template <Path P>
+cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream);
+
+// A plan's kernel 0 on `split` (its last column cut off, persistent_split) as kernel 0 then as the residual
+// column's kernel 1, each launched as the direct kernel (both add atomically into dW).
+template <Path P>
+cudaError_t launch_split(const OmegaArgs& args, const SegmentGrid& split, cudaStream_t stream) {
+  OmegaArgs rest = args, last = args;
+  rest.grid = last.grid = split;
+  last.kernel = 1;
+  const cudaError_t status = launch_direct<P>(rest, stream);
+  return status != cudaSuccess ? status : launch_direct<P>(last, stream);
+}
+
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
 // XLA's buffers are aligned, a misaligned caller gets an error rather than a grid the plan did not count),
 // else one column per block, copy-staged where the channels and pointers allow, by wgmma on Hopper in 16
@@ -515,13 +529,8 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
             // width at a batch of 32: T-tap tiles on all columns but the last, one-tap tiles on that one
             // (persistent_split; both add atomically into dW).
             if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel);
-                split.width0 != args.grid.width0 && persistent_launchable(args)) {
-              OmegaArgs rest = args, last = args;
-              rest.grid = last.grid = split;
-              last.kernel = 1;
-              const cudaError_t status = launch_direct<P>(rest, stream);
-              return status != cudaSuccess ? status : launch_direct<P>(last, stream);
-            }
+                split.width0 != args.grid.width0 && persistent_launchable(args))
+              return launch_split<P>(args, split, stream);
             cudaError_t result = cudaSuccess;
             const int taps = persistent_taps(p, args.grid, args.kernel);
             if ((taps == 3 && launch_persistent<PersistentConfig<P, 3>>(mapped, stream, &result)) ||
@@ -538,9 +547,15 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if constexpr (P == Path::kTf32) {
       // DRAFT: TF32 T-tap tiles on wgmma where WINRS_JAX_TF32_TAPS=1 (wgmma_tf32_taps.cuh); only where the
       // sm_90a code was built (a plain sm_90 image has the kernel's empty body) and WINRS_JAX_WGMMA is not 0.
-      cudaError_t result = cudaSuccess;
-      if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && launch_tf32_taps<P>(args, stream, &result))
-        return result;
+      // A row of odd width as the 16-bit block's at a batch of 32 (their steps are two positions of 32
+      // images).
+      if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && tf32_taps_enabled()) {
+        if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel, kTf32Images);
+            split.width0 != args.grid.width0 && persistent_launchable(args))
+          return launch_split<P>(args, split, stream);
+        cudaError_t result = cudaSuccess;
+        if (launch_tf32_taps<P>(args, stream, &result)) return result;
+      }
     }
 #endif
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);

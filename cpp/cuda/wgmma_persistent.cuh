@@ -210,9 +210,10 @@ inline char env_flag(const char* name) {
 }
 // The T-tap tiles' rules (winrs/tap_runs.h, TapRunRules) as the experiments' switches set them:
 // WINRS_JAX_TAP_RUNS=2 drops the row length (to measure where it should lie), WINRS_JAX_TAP_BALANCED=0 cuts
-// filters 3k + 1 wide 3 + 1 and 3 + 3 + 1 (to compare with the even cut).
-inline TapRunRules tap_run_rules() {
-  return TapRunRules{env_flag("WINRS_JAX_TAP_RUNS") != '2', env_flag("WINRS_JAX_TAP_BALANCED") != '0'};
+// filters 3k + 1 wide 3 + 1 and 3 + 3 + 1 (to compare with the even cut). Boxes of at most `max_images`.
+inline TapRunRules tap_run_rules(int max_images = kTapRunUnits) {
+  return TapRunRules{env_flag("WINRS_JAX_TAP_RUNS") != '2', env_flag("WINRS_JAX_TAP_BALANCED") != '0',
+                     max_images};
 }
 
 // Filter columns per tile of the persistent block on a layer that the 128 x 128 TMA block would take for
@@ -220,21 +221,23 @@ inline TapRunRules tap_run_rules() {
 // (winrs/tap_runs.h, tap_runs_fit: atomic plans, long enough rows), else one tap where X's 128-channel blocks
 // pair up (no more channels computed and dropped than by two 128-wide blocks). WINRS_JAX_TAP_RUNS=0 leaves
 // one tap, WINRS_JAX_PERSISTENT=0 the 128 x 128 block (to compare them); tap_run_rules for the others.
-inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel) {
+inline int persistent_taps(const Problem& p, const SegmentGrid& grid, int kernel,
+                           int max_images = kTapRunUnits) {
   if (env_flag("WINRS_JAX_PERSISTENT") == '0') return 0;
   const int taps = tap_run_taps(int(p.filter_w));
-  if (env_flag("WINRS_JAX_TAP_RUNS") != '0' && tap_runs_fit(p, grid, kernel, taps, tap_run_rules()))
+  if (env_flag("WINRS_JAX_TAP_RUNS") != '0' && tap_runs_fit(p, grid, kernel, taps, tap_run_rules(max_images)))
     return taps;
   return (p.in_c + 127) / 128 % 2 == 0 ? 1 : 0;
 }
 
-// The grid whose kernel 0 the T-tap tiles take on all columns but the last of a row of odd width at a batch
-// of 32 (tap_run_even_split), or `grid` where there is no such split (the persistent block's switches as
-// above).
-inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, int kernel) {
+// The grid whose kernel 0 the T-tap tiles take on all columns but the last of a row of odd width at two
+// positions a step (tap_run_even_split), or `grid` where there is no such split (the persistent block's
+// switches as above).
+inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, int kernel,
+                                    int max_images = kTapRunUnits) {
   if (kernel != 0 || env_flag("WINRS_JAX_PERSISTENT") == '0' || env_flag("WINRS_JAX_TAP_RUNS") == '0')
     return grid;
-  return tap_run_even_split(p, grid, tap_run_taps(int(p.filter_w)), tap_run_rules());
+  return tap_run_even_split(p, grid, tap_run_taps(int(p.filter_w)), tap_run_rules(max_images));
 }
 
 // Whether the persistent block can take a launch: one problem, chains of one link, dW and the workspace
@@ -272,7 +275,8 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped,
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =
         overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
-    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps);
+    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps,
+                             C::max_images);
   }
   const long long tiles = persistent_scheduler<C>(args).count();
   if (tiles < 1) return false;

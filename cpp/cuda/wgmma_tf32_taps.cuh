@@ -1,4 +1,4 @@
-// DRAFT, not yet run on a GPU, off unless WINRS_JAX_TF32_TAPS=1: the persistent block's T-tap tiles for TF32,
+// DRAFT, off unless WINRS_JAX_TF32_TAPS=1: the persistent block's T-tap tiles for TF32,
 // float32 at the default precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
 // docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major only, and X and dY
 // are channel-major, so the 16-bit tile's form (both operands from shared memory, wgmma_wide_n.cuh) does not
@@ -9,14 +9,20 @@
 // - X is the shared-memory operand, transposed into wgmma's K-major 128-byte swizzle (and rounded) by the
 //   producer warpgroup's 128 threads, once a step, into a ring of K-major buffers; tap j reads the buffer of
 //   the step TapXPlace names, as the 16-bit tile does.
-// Shared memory: two raw dY buffers, one raw X buffer and four K-major X buffers of 32 KB (224 KB). A step's
-// path: thread 0 copies dY and X (the TMA) -> the producer's threads transpose X -> the consumers' MMAs.
-// Barriers: grad_full / grad_empty per dY buffer, input_full for the raw X buffer (its reuse ordered by the
-// producer's own barrier), kmajor_full / kmajor_empty per K-major buffer.
+// A step is two positions of 32 images at every batch (a multiple of 32), so that taps read X from their
+// step and one before (reach 1). Shared memory: two raw dY buffers, two raw X buffers and three K-major X
+// buffers of 32 KB (224 KB). A step's path: thread 0 copies X (the TMA) a step ahead -> the producer's
+// threads transpose it -> thread 0 copies dY of the step after -> the consumers' MMAs. With one raw X buffer
+// (a K-major one more) the copy's latency was exposed at every step: the producer waited for X and the
+// consumers for its transpose (stall samples, 3x3 32:56:256, H200). Barriers: grad_full / grad_empty per dY
+// buffer, input_full per raw X buffer (its reuse ordered by the producer's own barrier), kmajor_full /
+// kmajor_empty per K-major buffer.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/tap_runs.cuh"
 #include "cuda/wgmma_persistent.cuh"
@@ -35,48 +41,73 @@ struct WgmmaTf32TapsConfig {
   using Smem = float;
   static constexpr int n = Taps, r = 1, taps = Taps;
   static constexpr int BN = 128, BM = 128;  // output x input channels
-  static constexpr int K = 8, copy_units = kTapRunUnits;
+  static constexpr int K = 8, copy_units = kTapRunUnits, max_images = kTf32Images;
   static_assert(copy_units == kTf32StepUnits && BN == kTf32SideChannels && BM == kTf32SideChannels);
   static constexpr int panel_channels = 32, panel_elems = copy_units * panel_channels;
   static constexpr int side_elems = 4 * panel_elems;  // one side of a step, 128 channels: 32 KB
   static constexpr int side_bytes = side_elems * 4;
-  static constexpr int grad_stages = 2, kmajor_stages = 4;
-  static_assert(kmajor_stages >= 4, "taps read their step and two before; the producer writes one ahead");
+  static constexpr int grad_stages = 2, input_stages = 2, kmajor_stages = 3;
+  static_assert(kTapRunUnits / max_images == 2 && Taps - 1 <= 2,
+                "two positions a step: taps read X from their step and one before (reach 1)");
+  static_assert(kmajor_stages >= 3, "taps read their step and one before; the producer writes one ahead");
   static constexpr int grad_base = 0, input_base = grad_stages * side_elems,
-                       kmajor_base = input_base + side_elems;
+                       kmajor_base = input_base + input_stages * side_elems;
   static constexpr size_t copy_bytes = size_t(kmajor_base + kmajor_stages * side_elems) * 4;
   static constexpr size_t smem_align = 1024;
   static constexpr size_t barrier_offset = copy_bytes;
-  static constexpr int barriers = 2 * grad_stages + 1 + 2 * kmajor_stages;
+  static constexpr int barriers = 2 * grad_stages + input_stages + 2 * kmajor_stages;
   static constexpr size_t smem_bytes = copy_bytes + smem_align + barriers * sizeof(uint64_t);
   static_assert(smem_bytes <= 232448, "Hopper's 227 KB of shared memory per block");
 };
 
-// The TMA boxes of a T-tap tile's steps in float32 (as TapRuns in 16 bits): a step's X into the raw X buffer
+// The TMA boxes of a T-tap tile's steps in float32 (as TapRuns in 16 bits): a step's X into a raw X buffer
 // and, from its run's `reach`-th step on, its dY into a raw dY buffer, four 32-channel panels each.
 template <class C>
 struct Tf32TapRuns : TapRunWalk {
   __device__ Tf32TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
-      : TapRunWalk(p, work, walk, C::taps) {}
+      : TapRunWalk(p, work, walk, C::taps, C::max_images) {}
 
   __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::side_bytes) : 0u; }
 
-  __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* grad,
-                        float* input, uint64_t* grad_bar, uint64_t* input_bar, int s) const {
+  // fn(map, offset in the buffer, coordinates) for each box of step s: X's where `input`, dY's where `grad`.
+  template <class Fn>
+  __device__ void boxes(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, int s, bool input,
+                        bool grad, Fn&& fn) const {
     const Step st = step(s, walk);
+    grad = grad && st.k >= reach;
     for (int q = 0; q < positions; ++q) {
       const int row = q * images * C::panel_channels;
 #pragma unroll
-      for (int panel = 0; panel < 4; ++panel)
-        tma_load_4d(input + panel * C::panel_elems + row, &args.input_map, input_bar,
-                    work.ic0 + panel * C::panel_channels, x_col(st, q, walk), x_row(st), st.image);
-      if (st.k < reach) continue;
-#pragma unroll
-      for (int panel = 0; panel < 4; ++panel)
-        tma_load_4d(grad + panel * C::panel_elems + row, &args.grad_map, grad_bar,
-                    work.oc0 + panel * C::panel_channels, grad_col(st, q, walk), st.oh, grad_image(st, q));
+      for (int panel = 0; panel < 4; ++panel) {
+        const int offset = panel * C::panel_elems + row, channel = panel * C::panel_channels;
+        if (input) fn(&args.input_map, offset, work.ic0 + channel, x_col(st, q, walk), x_row(st), st.image);
+        if (grad)
+          fn(&args.grad_map, offset, work.oc0 + channel, grad_col(st, q, walk), st.oh, grad_image(st, q));
+      }
     }
   }
+  __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* buffer,
+                        uint64_t* bar, int s, bool input) const {
+    boxes(args, work, walk, s, input, !input,
+          [&](const CUtensorMap* map, int offset, int c0, int c1, int c2, int c3) {
+            tma_load_4d(buffer + offset, map, bar, c0, c1, c2, c3);
+          });
+  }
+  __device__ void prefetch(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, int s) const {
+    boxes(args, work, walk, s, true, true, [&](const CUtensorMap* map, int, int c0, int c1, int c2, int c3) {
+      tma_prefetch_4d(map, c0, c1, c2, c3);
+    });
+  }
+};
+
+// A tile of the block's walk and its steps' boxes.
+template <class C>
+struct Tf32Tile {
+  WorkTile work;
+  UnitWalk walk;
+  Tf32TapRuns<C> plan;
+  __device__ Tf32Tile(const OmegaArgs& args, const TileScheduler& scheduler, long long index)
+      : work(scheduler.tile(index)), walk(persistent_walk<C>(args, work)), plan(args.problem, work, walk) {}
 };
 
 // The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
@@ -155,21 +186,12 @@ struct Tf32TapRunsGemm {
   }
   __device__ const float* column(int j) const { return acc[j]; }
 
-  // Step g of the block (its K-major buffer g % kmajor_stages), dY from `grad`. A tile of fewer taps than T
-  // (a row's last, or a balanced cut) multiplies all T and drops the rest at its output: one instance per
-  // positions a step, where one per tap count as well (the 16-bit tile's) left ptxas short of registers for
-  // the register-operand MMAs (it serialised them).
-  template <class Steps>
-  __device__ void run(const float* grad, const float* kmajor, int g, const Steps& plan) {
-    if (plan.positions == 1) {
-      run_positions<1>(grad, kmajor, g);
-    } else {
-      run_positions<2>(grad, kmajor, g);
-    }
-  }
-
-  template <int Positions>
-  __device__ void run_positions(const float* grad, const float* kmajor, int g) {
+  // Step g of the block (its K-major buffer g % kmajor_stages), dY from `grad`, two positions. A tile of
+  // fewer taps than T (a row's last, or a balanced cut) multiplies all T and drops the rest at its output:
+  // one instance per tap count as well (the 16-bit tile's) left ptxas short of registers for the
+  // register-operand MMAs (it serialised them).
+  __device__ void run(const float* grad, const float* kmajor, int g) {
+    constexpr int Positions = kTapRunUnits / C::max_images;
     const uint64_t base = tf32_kmajor_descriptor(kmajor);
     static_for<0, 8>([&](auto slice_constant) {
       constexpr int slice = decltype(slice_constant)::value, h = slice % 2;
@@ -200,9 +222,12 @@ struct Tf32TapRunsGemm {
   }
 };
 
-// The persistent block on TF32 (wgmma_persistent.cuh's structure): the producer warpgroup's thread 0 issues a
-// step's boxes, then all its 128 threads transpose the step's X into the K-major ring; the two consumer
-// warpgroups load dY's fragments and run the MMAs, and write each tile's output as the 16-bit block does.
+// The persistent block on TF32 (wgmma_persistent.cuh's structure): the producer warpgroup's thread 0 issues
+// the boxes, all its 128 threads transpose each step's X into the K-major ring; the two consumer warpgroups
+// load dY's fragments and run the MMAs, and write each tile's output as the 16-bit block does. The producer
+// walks the block's steps g across its tiles with the step after (the copies it issues while at g): X of
+// g + 1 into the raw buffer that step g - 1's transpose freed, before g's transpose, and dY of g + 1 after
+// it, once the consumers have let go of g - 1's (so that a producer waiting there has g's transpose done).
 template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
@@ -212,12 +237,12 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   base += (C::smem_align - shared_address(base) % C::smem_align) % C::smem_align;  // room in smem_bytes
   float* smem = reinterpret_cast<float*>(base);
   float* grads = smem + C::grad_base;
-  float* input = smem + C::input_base;
+  float* inputs = smem + C::input_base;
   float* kmajors = smem + C::kmajor_base;
   uint64_t* grad_full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
   uint64_t* grad_empty = grad_full + C::grad_stages;
   uint64_t* input_full = grad_empty + C::grad_stages;
-  uint64_t* kmajor_full = input_full + 1;
+  uint64_t* kmajor_full = input_full + C::input_stages;
   uint64_t* kmajor_empty = kmajor_full + C::kmajor_stages;
   constexpr int consumer_warps = kConsumerThreads / 32;
   if (threadIdx.x == 0) {
@@ -225,7 +250,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       mbarrier_init(grad_full + s, 1);  // thread 0's arrival, with the copies' bytes
       mbarrier_init(grad_empty + s, consumer_warps);
     }
-    mbarrier_init(input_full, 1);
+    for (int s = 0; s < C::input_stages; ++s) mbarrier_init(input_full + s, 1);
     for (int s = 0; s < C::kmajor_stages; ++s) {
       mbarrier_init(kmajor_full + s, 1);  // thread 0's, after the producer's barrier
       mbarrier_init(kmajor_empty + s, consumer_warps);
@@ -234,36 +259,63 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   }
   __syncthreads();
 
-  const Problem& p = args.problem;
   const TileScheduler scheduler = persistent_scheduler<C>(args);
   const long long tiles = scheduler.count();
 
   if (threadIdx.x < kProducerThreads) {
-    lower_registers<24>();
-    int g = 0;  // steps of this block
-    for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
-      const WorkTile work = scheduler.tile(index);
-      const UnitWalk walk = persistent_walk<C>(args, work);
-      const Tf32TapRuns<C> plan(p, work, walk);
-      for (int s = 0; s < plan.steps; ++s, ++g) {
-        const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
-        if (threadIdx.x == 0) {  // the raw X buffer is free: the producer's barrier below ended its last use
-          if (g >= C::grad_stages) mbarrier_wait(grad_empty + gs, (g / C::grad_stages - 1) & 1);
-          mbarrier_arrive_expect(grad_full + gs, plan.grad_bytes(s));
-          mbarrier_arrive_expect(input_full, uint32_t(C::side_bytes));
-          plan.issue(args, work, walk, grads + gs * C::side_elems, input, grad_full + gs, input_full, s);
-        }
-        mbarrier_wait(input_full, g & 1);
-        if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
-        tf32_transpose(input, kmajors + ks * C::side_elems, threadIdx.x);
-        fence_async_proxy();  // the transposed X visible to the MMAs (async proxy)
-        asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
-        if (threadIdx.x == 0) mbarrier_arrive(kmajor_full + ks);
+    lower_registers<32>();
+    if (blockIdx.x >= tiles) return;
+    const bool issuer = threadIdx.x == 0;
+    // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY.
+    const auto issue = [&](long long index, int s, int g, bool input) {
+      const Tf32Tile<C> tile(args, scheduler, index);
+      if (input) {
+        const int slot = g % C::input_stages;
+        mbarrier_arrive_expect(input_full + slot, uint32_t(C::side_bytes));
+        tile.plan.issue(args, tile.work, tile.walk, inputs + slot * C::side_elems, input_full + slot, s,
+                        true);
+        if (args.prefetch_steps > 0 && s + args.prefetch_steps < tile.plan.steps)
+          tile.plan.prefetch(args, tile.work, tile.walk, s + args.prefetch_steps);
+      } else {
+        const int slot = g % C::grad_stages;
+        if (g >= C::grad_stages) mbarrier_wait(grad_empty + slot, (g / C::grad_stages - 1) & 1);
+        mbarrier_arrive_expect(grad_full + slot, tile.plan.grad_bytes(s));
+        tile.plan.issue(args, tile.work, tile.walk, grads + slot * C::side_elems, grad_full + slot, s, false);
       }
+    };
+    long long index = blockIdx.x;
+    int s = 0, steps = Tf32Tile<C>(args, scheduler, index).plan.steps;
+    if (issuer) {
+      issue(index, 0, 0, true);
+      issue(index, 0, 0, false);
     }
-    return;
+    for (int g = 0;; ++g) {
+      long long next = index;  // the step after g: s + 1 of this tile, or the next tile's first
+      int next_s = s + 1;
+      if (next_s == steps) {
+        next += gridDim.x;
+        next_s = 0;
+      }
+      const bool more = next < tiles;
+      if (issuer && more) issue(next, next_s, g + 1, true);
+      const int is = g % C::input_stages, ks = g % C::kmajor_stages;
+      mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
+      if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
+      tf32_transpose(inputs + is * C::side_elems, kmajors + ks * C::side_elems, threadIdx.x);
+      fence_async_proxy();  // the transposed X visible to the MMAs (async proxy)
+      asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
+      if (issuer) {
+        mbarrier_arrive(kmajor_full + ks);
+        if (more) issue(next, next_s, g + 1, false);
+      }
+      if (!more) return;
+      if (next != index) steps = Tf32Tile<C>(args, scheduler, next).plan.steps;
+      index = next;
+      s = next_s;
+    }
   }
 
+  const Problem& p = args.problem;
   const int tid = threadIdx.x - kProducerThreads, warp = tid / 32, lane = tid % 32;
   raise_registers<240>();
   Tf32TapRunsGemm<C> gemm;
@@ -274,8 +326,9 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     __syncwarp();
   };
   for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
-    const WorkTile work = scheduler.tile(index);
-    const Tf32TapRuns<C> plan(p, work, persistent_walk<C>(args, work));
+    const Tf32Tile<C> tile(args, scheduler, index);
+    const WorkTile& work = tile.work;
+    const Tf32TapRuns<C>& plan = tile.plan;
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);  // past the tensor: waits and releases
     gemm.init(tid);
     for (int s = 0; s < plan.steps; ++s, ++g) {
@@ -283,7 +336,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
       mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
       if (plan.computes(s) && !idle) {
-        gemm.run(grads + gs * C::side_elems, kmajors, g, plan);
+        gemm.run(grads + gs * C::side_elems, kmajors, g);
       } else {
         wgmma_fence();
         wgmma_commit();  // an empty group keeps the count uniform
@@ -323,23 +376,31 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
   return true;
 }
 
+// How many steps ahead the TF32 tiles fetch boxes into L2: WINRS_JAX_TF32_PREFETCH (an experiment's switch),
+// else kTf32PrefetchSteps.
+inline constexpr int kTf32PrefetchSteps = 0;
+inline int tf32_prefetch_steps() {
+  const char* value = std::getenv("WINRS_JAX_TF32_PREFETCH");
+  return value && value[0] ? std::max(std::atoi(value), 0) : kTf32PrefetchSteps;
+}
+
 // Launches the TF32 T-tap tiles (their maps set here) where they apply: switched on, Hopper's sm_90a code
-// loaded, one problem, chains of one link, whole boxes of images (a multiple of 64, or 32), T-tap rows
-// (persistent_taps gives 2 or 3). False with nothing launched otherwise; else *result is the launch's
+// loaded, one problem, chains of one link, a batch of whole boxes of 32 images, T-tap rows (persistent_taps
+// at two positions a step gives 2 or 3). False with nothing launched otherwise; else *result is the launch's
 // status. (A template, so that only the TF32 path's translation units compile the kernels.)
 template <Path P>
 bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
   static_assert(P == Path::kTf32);
   const Problem& p = args.problem;
   if (!tf32_taps_enabled() || !persistent_launchable(args) || args.grid.image_parts != 1) return false;
-  const bool boxes = p.batch % kTapRunUnits == 0 || (kTapRunUnits % p.batch == 0 && p.batch >= 32);
-  if (!boxes || p.in_c % 4 != 0 || p.out_c % 4 != 0) return false;
-  const int taps = persistent_taps(p, args.grid, args.kernel);
+  if (p.batch % kTf32Images != 0 || p.in_c % 4 != 0 || p.out_c % 4 != 0) return false;
+  const int taps = persistent_taps(p, args.grid, args.kernel, kTf32Images);
   if (taps != 2 && taps != 3) return false;
-  const int images = int(p.batch < kTapRunUnits ? p.batch : kTapRunUnits);
   OmegaArgs mapped = args;
-  if (!encode_tf32_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c, images) ||
-      !encode_tf32_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, images))
+  mapped.prefetch_steps = tf32_prefetch_steps();
+  if (!encode_tf32_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
+                               kTf32Images) ||
+      !encode_tf32_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, kTf32Images))
     return false;
   return taps == 3 ? launch_tf32_taps_config<3>(mapped, stream, result)
                    : launch_tf32_taps_config<2>(mapped, stream, result);

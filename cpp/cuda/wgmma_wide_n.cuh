@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/wgmma.cuh"
+#include "winrs/tap_runs.h"
 
 namespace winrs::cuda {
 
@@ -24,6 +25,7 @@ struct WgmmaWideNConfig : WgmmaPath<P> {
   static constexpr bool tma = true;
   static constexpr int K = 16, copy_substeps = 4, copy_stages = Taps == 1 ? 4 : 7;
   static constexpr int copy_units = copy_substeps * K;
+  static constexpr int max_images = kTapRunUnits;  // a box's images for T taps (winrs/tap_runs.h)
   static constexpr int panel_channels = 128 / int(sizeof(Smem));
   static constexpr int panel_elems = copy_units * panel_channels;
   static constexpr int panel_bytes = panel_elems * int(sizeof(Smem));

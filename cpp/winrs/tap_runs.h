@@ -13,8 +13,8 @@
 // (docs/benchmarks.md, thirty-first stop).
 //
 // A step is 64 units: one position of 64 images (batches that are multiples of 64, a run per box of 64
-// images), or two positions of a batch of 32; units past the run's end read dY as zeros (an image past the
-// batch).
+// images), or two positions of 32 images (a batch of 32, and boxes of 32 at any batch where a config asks:
+// TapRunRules::max_images); units past the run's end read dY as zeros (an image past the batch).
 #pragma once
 
 #include "config.h"
@@ -35,8 +35,10 @@ WINRS_HD constexpr int tap_run_taps(int filter_w) { return filter_w == 2 ? 2 : 3
 struct TapRunShape {
   int images, positions, chunks, reach;
 };
-WINRS_HD inline TapRunShape tap_run_shape(long long batch, int taps) {
-  const int images = batch < kTapRunUnits ? int(batch) : kTapRunUnits, positions = kTapRunUnits / images;
+// At most `max_images` images a box: the TF32 tiles take 32 (two positions a step at every batch: their ring
+// of K-major buffers holds the step and one before, cuda/wgmma_tf32_taps.cuh).
+WINRS_HD inline TapRunShape tap_run_shape(long long batch, int taps, int max_images = kTapRunUnits) {
+  const int images = batch < max_images ? int(batch) : max_images, positions = kTapRunUnits / images;
   return TapRunShape{images, positions, int(batch) / images, (taps - 1 + positions - 1) / positions};
 }
 
@@ -47,8 +49,9 @@ struct TapRunWalk : TapRunShape {
   int taps;     // filter columns of this tile (fewer than T in the filter's last tile, or in a balanced cut)
   int outside;  // an image past the batch: dY boxes there read as zeros
 
-  WINRS_HD TapRunWalk(const Problem& p, const WorkTile& work, const UnitWalk& walk, int tile_taps)
-      : TapRunShape(tap_run_shape(walk.batch, tile_taps)) {
+  WINRS_HD TapRunWalk(const Problem& p, const WorkTile& work, const UnitWalk& walk, int tile_taps,
+                      int max_images = kTapRunUnits)
+      : TapRunShape(tap_run_shape(walk.batch, tile_taps, max_images)) {
     width = walk.units_per_row;
     run_steps = reach + (width + positions - 1) / positions;
     steps = walk.rows * chunks * run_steps;
@@ -114,6 +117,7 @@ WINRS_HD constexpr bool tap_run_ends_in_one_tap(int filter_w, int taps) {
 struct TapRunRules {
   bool length_rule = true;
   bool balanced = true;
+  int max_images = kTapRunUnits;  // images a box (tap_run_shape)
 };
 // Whether a tile scheduler cuts a row's taps evenly (TileScheduler::balanced_width).
 constexpr bool tap_run_balanced_cut(int filter_w, int taps, TapRunRules rules) {
@@ -137,7 +141,7 @@ inline int tap_run_steps_per_x_step(int filter_w, int taps) {
 // and an infinite X makes NaN where the true sum is finite).
 inline bool tap_runs_fit(const Problem& p, const SegmentGrid& grid, int kernel, int taps,
                          TapRunRules rules = {}) {
-  const TapRunShape shape = tap_run_shape(p.batch, taps);
+  const TapRunShape shape = tap_run_shape(p.batch, taps, rules.max_images);
   const int width = kernel == 0 ? grid.width0 : grid.out_w - grid.width0;
   const int run_steps = (width + shape.positions - 1) / shape.positions;
   const int steps_per_x_step = rules.length_rule ? tap_run_steps_per_x_step(int(p.filter_w), taps) : 0;
@@ -156,7 +160,7 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
                                       TapRunRules rules = {}) {
   SegmentGrid split = grid;
   if (grid.width0 == grid.out_w && grid.out_w % 2 == 1 && grid.out_w > 1 &&
-      tap_run_shape(p.batch, taps).positions == 2 &&
+      tap_run_shape(p.batch, taps, rules.max_images).positions == 2 &&
       !(tap_run_ends_in_one_tap(int(p.filter_w), taps) && !rules.balanced))
     split.width0 = grid.out_w - 1;
   return tap_runs_fit(p, split, 0, taps, rules) ? split : grid;
@@ -176,9 +180,10 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
 // took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
-                                int channels = 128, int overhead_steps = kTapRunOverheadSteps) {
+                                int channels = 128, int overhead_steps = kTapRunOverheadSteps,
+                                int max_images = kTapRunUnits) {
   constexpr int kMaxCuts = 8;
-  const TapRunShape shape = tap_run_shape(p.batch, taps);
+  const TapRunShape shape = tap_run_shape(p.batch, taps, max_images);
   const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
   const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
                                 ((p.out_c + channels - 1) / channels) * ((p.in_c + channels - 1) / channels);

@@ -9,6 +9,7 @@
 namespace winrs {
 
 inline constexpr int kTf32StepUnits = 64, kTf32SideChannels = 128;
+inline constexpr int kTf32Images = 32;  // a step: two positions of 32 images (TapRunRules::max_images)
 inline constexpr int kTf32SideElems = kTf32StepUnits * kTf32SideChannels;
 
 // Element (unit k, channel c) of a raw buffer: panels of 32 channels by 64 units, the 16-byte piece of

@@ -17,7 +17,7 @@ using winrs::SegmentGrid;
 struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
   int width0 = 0;              // the primary columns' width (0: all of them, no residual column)
-  bool split = false;          // a batch of 32 on odd rows: the last column apart (tap_run_even_split)
+  bool split = false;          // two positions a step on odd rows: the last column apart (tap_run_even_split)
   winrs::TapRunRules rules{};  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
                                // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
 };
@@ -70,16 +70,19 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   }
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.rules))
     return fail(l, "the layer should fit", kernel, taps);
-  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms);
+  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
+                                               winrs::kTapRunOverheadSteps, l.rules.max_images);
   const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, balanced);
   for (long long index = 0; index < scheduler.count(); ++index) {
     const winrs::WorkTile work = scheduler.tile(index);
     const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
-    const winrs::TapRunWalk runs(p, work, walk, taps);
+    const winrs::TapRunWalk runs(p, work, walk, taps, l.rules.max_images);
     const winrs::TapRunShape& shape = runs;
     if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
     if (balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
     if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
+    if (shape.images != (l.batch < l.rules.max_images ? l.batch : l.rules.max_images))
+      return fail(l, "boxes of at most max_images", shape.images);
     // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
     // X).
     if (runs.width % shape.positions != 0) return fail(l, "a run of part of a step", runs.width);
@@ -171,6 +174,18 @@ int main() {
         l.split = true;
         check(l);
       }
+  // Boxes of 32 images at every batch, as the TF32 tiles take them (TapRunRules::max_images, kTf32Images):
+  // two positions a step, rows of an odd width with the last column apart.
+  for (int batch : {32, 64, 128})
+    for (int filter_w : {2, 3, 4, 5, 7})
+      for (int out_w : {16, 17, 21, 34})
+        for (int pad_left : {0, 1, filter_w - 1}) {
+          ++layers;
+          Layer l{batch, 3, out_w, 3, filter_w, 1, pad_left};
+          l.rules.max_images = 32;
+          l.split = out_w % 2 == 1;
+          check(l);
+        }
   // Filters 3k + 1 wide cut evenly (4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2), and 3 + 1, 3 + 3 + 1 and
   // 3 + 3 + 3 + 1 (WINRS_JAX_TAP_BALANCED=0).
   for (bool balanced : {true, false})
