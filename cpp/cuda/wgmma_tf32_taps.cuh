@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   const long long tiles = scheduler.count();
 
   if (threadIdx.x < kProducerThreads) {
-    lower_registers<32>();
+    lower_registers<40>();  // 128 x 40 + 256 x 232: the 384 x 168 registers the block was launched with
     if (blockIdx.x >= tiles) return;
     const bool issuer = threadIdx.x == 0;
     // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY.
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   const Problem& p = args.problem;
   const int tid = threadIdx.x - kProducerThreads, warp = tid / 32, lane = tid % 32;
-  raise_registers<240>();
+  raise_registers<232>();
   Tf32TapRunsGemm<C> gemm;
   int g = 0, released = 0;
   const auto release_through = [&](int last) {  // K-major buffers no later step reads
