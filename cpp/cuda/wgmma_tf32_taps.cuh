@@ -110,6 +110,23 @@ struct Tf32Tile {
       : work(scheduler.tile(index)), walk(persistent_walk<C>(args, work)), plan(args.problem, work, walk) {}
 };
 
+// A step of a block's walk: step s of its tile `index` (of `steps`), or past the walk's end (index >= tiles).
+// Tiles whose rows all fall outside X (a filter row's clipped rows) have no steps and are passed over.
+template <class C>
+struct Tf32StepCursor {
+  long long index;
+  int s, steps;
+  // The first step of the block's tiles from `first` on.
+  __device__ void seek(const OmegaArgs& args, const TileScheduler& scheduler, long long tiles,
+                       long long first) {
+    for (index = first, s = 0; index < tiles; index += gridDim.x)
+      if ((steps = Tf32Tile<C>(args, scheduler, index).plan.steps) > 0) return;
+  }
+  __device__ void advance(const OmegaArgs& args, const TileScheduler& scheduler, long long tiles) {
+    if (++s == steps) seek(args, scheduler, tiles, index + gridDim.x);
+  }
+};
+
 // The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
 // blocks, their lanes and its host check).
 __device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
@@ -264,7 +281,6 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   if (threadIdx.x < kProducerThreads) {
     lower_registers<40>();  // 128 x 40 + 256 x 232: the 384 x 168 registers the block was launched with
-    if (blockIdx.x >= tiles) return;
     const bool issuer = threadIdx.x == 0;
     // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY.
     const auto issue = [&](long long index, int s, int g, bool input) {
@@ -283,21 +299,18 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
         tile.plan.issue(args, tile.work, tile.walk, grads + slot * C::side_elems, grad_full + slot, s, false);
       }
     };
-    long long index = blockIdx.x;
-    int s = 0, steps = Tf32Tile<C>(args, scheduler, index).plan.steps;
+    Tf32StepCursor<C> step;
+    step.seek(args, scheduler, tiles, blockIdx.x);
+    if (step.index >= tiles) return;
     if (issuer) {
-      issue(index, 0, 0, true);
-      issue(index, 0, 0, false);
+      issue(step.index, step.s, 0, true);
+      issue(step.index, step.s, 0, false);
     }
     for (int g = 0;; ++g) {
-      long long next = index;  // the step after g: s + 1 of this tile, or the next tile's first
-      int next_s = s + 1;
-      if (next_s == steps) {
-        next += gridDim.x;
-        next_s = 0;
-      }
-      const bool more = next < tiles;
-      if (issuer && more) issue(next, next_s, g + 1, true);
+      Tf32StepCursor<C> next = step;  // the step after g
+      next.advance(args, scheduler, tiles);
+      const bool more = next.index < tiles;
+      if (issuer && more) issue(next.index, next.s, g + 1, true);
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
       if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
@@ -306,12 +319,10 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
       if (issuer) {
         mbarrier_arrive(kmajor_full + ks);
-        if (more) issue(next, next_s, g + 1, false);
+        if (more) issue(next.index, next.s, g + 1, false);
       }
       if (!more) return;
-      if (next != index) steps = Tf32Tile<C>(args, scheduler, next).plan.steps;
-      index = next;
-      s = next_s;
+      step = next;
     }
   }
 
