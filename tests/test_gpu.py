@@ -268,6 +268,35 @@ def test_tf32_rounds_ties_to_even_on_the_gpu(in_c):
     np.testing.assert_array_equal(gpu, cpu)
 
 
+# The TF32 T-tap tiles (cuda/wgmma_tf32_taps.cuh, WINRS_JAX_TF32_TAPS=1 while a draft): batches of 32, 64
+# and 128 in boxes of 32 images, three and two taps (5 = 3 + 2, 2), rows of an odd width with their last
+# column apart, channels past a block's panels, and rows of two (a filter row's tiles without steps), on all
+# SMs and on 3 blocks walking many tiles. (tools/kernel_check.cu asserts that its TF32 cases launch them.)
+TF32_TILE_LAYERS = [
+    ((32, 6, 18, 136), 72, (3, 3)),
+    ((64, 4, 23, 72), 136, (3, 3)),
+    ((128, 3, 18, 136), 72, (3, 5)),
+    ((32, 2, 17, 200), 136, (3, 2)),
+    ((64, 2, 22, 136), 72, (3, 3)),
+]
+
+
+@pytest.mark.parametrize("blocks", ["", "3"], ids=["all-sms", "3-blocks"])
+@pytest.mark.parametrize("layer", range(len(TF32_TILE_LAYERS)))
+def test_tf32_tiles_match_the_cpu(layer, blocks, rng, monkeypatch):
+    """The TF32 tiles round operands as the CPU executor does (tf32_bits), so only the order of float32 sums
+    differs: positive inputs, no cancellation."""
+    monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")
+    monkeypatch.setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks)
+    pads = (1, 1, 1, 1)
+    x_shape, out_c, (fh, fw) = TF32_TILE_LAYERS[layer]
+    n, h, w, _ = x_shape
+    x, dy = _inputs(rng, "tf32", x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
+    gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path="tf32")
+    cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path="tf32")
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-5 * np.abs(cpu).max())
+
+
 def test_stacked_problems_beyond_one_launch(rng):
     """vmap over 70000 tiny problems: more than gridDim.y allows in one launch, so the launcher splits them."""
     x = jnp.asarray(rng.random((70000, 1, 4, 6, 2), dtype=np.float32))

@@ -43,11 +43,14 @@ for stage in "$@"; do
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
     kcheck-tf32)
-      # DRAFT (not yet run on a GPU): the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU
-      # executor (kernel_check asserts that its TF32 cases launched them), then under memcheck.
-      WINRS_JAX_TF32_TAPS=1 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1
+      # DRAFT: the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor (kernel_check
+      # asserts that its TF32 cases launched them), then under memcheck. Time-limited and line-buffered: a
+      # kernel that waits for ever names its case and leaves the call's time to the next stages.
+      WINRS_JAX_TF32_TAPS=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1 \
+        || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tf32-taps.log" | cut -c1-100)"
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30
-      WINRS_JAX_TF32_TAPS=1 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 >"$OUT/sanitizer-tf32-taps.log" 2>&1
+      WINRS_JAX_TF32_TAPS=1 timeout 150 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 \
+        >"$OUT/sanitizer-tf32-taps.log" 2>&1
       grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log" ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
@@ -168,8 +171,9 @@ for stage in "$@"; do
           2>&1 | grep -v Warning | tee -a "$OUT/stall-samples.txt"
       done ;;
     ab)
-      # A launch-time switch A/B in one process (tools/ab_env.py): AB="VAR A B", PROFILE_LAYERS, PROFILE_DTYPE.
-      (cd /tmp && python3 "$ROOT/tools/ab_env.py" ${AB:-WINRS_JAX_WINDOW 1 0} ${PROFILE_DTYPE:-bf16} \
+      # A launch-time switch A/B in one process (tools/ab_env.py): AB="VAR A B", PROFILE_LAYERS, PROFILE_DTYPE;
+      # AB_TIMEOUT seconds at most (240).
+      (cd /tmp && timeout "${AB_TIMEOUT:-240}" python3 "$ROOT/tools/ab_env.py" ${AB:-WINRS_JAX_WINDOW 1 0} ${PROFILE_DTYPE:-bf16} \
         ${PROFILE_LAYERS:-32:56:256:3}) 2>&1 | grep -v Warning | tee "$OUT/ab.jsonl" ;;
     gemm-calibration)
       # cuBLAS's time for each layer's per-tap GEMM (tools/gemm_calibration.py): the one-tap formulation's ceiling.
