@@ -39,8 +39,27 @@ def test_times_are_per_filter_gradient(tmp_path, monkeypatch):
     assert (row["xla_ms"], row["winrs_ms"]) == (2.0, 2.0)
 
 
+def test_kernels_force_the_winrs_column_only(tmp_path, monkeypatch):
+    """--kernels I J plans the forced column with that kernel pair (the direct kernel where the planner picks a
+    Winograd variant), as PlannerOptions(kernels=...): its plan says so, and its result still matches XLA's."""
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", str(tmp_path))
+    rows = {}
+    for name, extra in (("planned", []), ("direct", ["--kernels", "0", "0"])):
+        out = tmp_path / f"{name}.jsonl"
+        main(["--shape", "2:8:4:3", "--dtype", "f32_highest", "--repeats", "1", "--json", str(out), *extra])
+        (rows[name],) = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert "Omega_2(1, 1) on columns" not in rows["planned"]["plan"]
+    assert "Omega_2(1, 1) on columns [0, 8)" in rows["direct"]["plan"]
+    assert rows["direct"]["max_rel_diff"] < 1e-5
+
+
 @pytest.mark.parametrize(
-    "argv, message", [(["--shape", "2:8:8"], "--shape"), (["--repeats", "0"], "at least 1")]
+    "argv, message",
+    [
+        (["--shape", "2:8:8"], "--shape"),
+        (["--repeats", "0"], "at least 1"),
+        (["--kernels", "0", "13"], "--kernels"),
+    ],
 )
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     """A malformed --shape or a count below 1 stops at the command line with a usage message (they raised a

@@ -16,6 +16,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
 
+import winrs_jax  # noqa: E402
 from winrs_jax.bench.suite import DTYPES, SUITES, Result, Shape, measure  # noqa: E402
 
 
@@ -129,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deterministic", choices=["true", "false"],
                         help="PlannerOptions.deterministic for WinRS (default: the planner's, atomic adds unless "
                         "XLA_FLAGS asks for deterministic ops)")  # fmt: skip
+    parser.add_argument("--kernels", type=int, nargs=2, metavar=("I", "J"),
+                        help="the kernel pair of the forced WinRS column (indices into winrs_jax.variants(); 0 0: "
+                        "the direct kernel), as PlannerOptions(kernels=(I, J)); auto plans its own")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.kernels and not all(0 <= k < len(winrs_jax.variants()) for k in args.kernels):
+        parser.error(f"--kernels takes two indices into winrs_jax.variants(), 0 to {len(winrs_jax.variants()) - 1}")
     # A fresh decision cache: the "auto" column and the first-choice times are this run's own measurements.
     os.environ["WINRS_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="winrs-jax-bench-")
 
@@ -153,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"\r[{i + 1}/{total}] {suite} {shape} {dtype}".ljust(70), end="", file=sys.stderr, flush=True
             )
         deterministic = None if args.deterministic is None else args.deterministic == "true"
-        result = measure(shape, dtype, args.repeats, args.calls, deterministic)
+        kernels = tuple(args.kernels) if args.kernels else None
+        result = measure(shape, dtype, args.repeats, args.calls, deterministic, kernels)
         results.append((suite, result))
         print(_row(suite, result), flush=True)  # each row as it is measured: a long run may be cut short
         if sink:

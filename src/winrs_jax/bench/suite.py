@@ -534,12 +534,18 @@ def _filter_grads(
 
 
 def measure(
-    shape: Shape, dtype_name: str, repeats: int = 7, calls: int = 0, deterministic: bool | None = None
+    shape: Shape,
+    dtype_name: str,
+    repeats: int = 7,
+    calls: int = 0,
+    deterministic: bool | None = None,
+    kernels: tuple[int, int] | None = None,
 ) -> Result:
     """Times XLA's, winrs_jax's (and PyTorch's) filter gradient of one layer on the paper's inputs (uniform
     [0, 1), dY scaled by 1e-2 for float16), and measures both errors on those and on zero-mean inputs.
-    `deterministic`: PlannerOptions.deterministic of WinRS's runs (None: the planner's default)."""
-    forced = dataclasses.replace(WINRS, deterministic=deterministic)
+    `deterministic`: PlannerOptions.deterministic of WinRS's runs (None: the planner's default); `kernels`: the
+    forced runs' kernel pair (PlannerOptions.kernels; None: the planner's; auto plans its own)."""
+    forced = dataclasses.replace(WINRS, deterministic=deterministic, kernels=kernels)
     x, dy, w, kwargs, compiled = _compiled(shape, dtype_name, forced)
     # Timed as auto times them: repeated in one program, so that the host's dispatch of one short call at a time
     # does not weigh in (choice.repeated_calls), as many times as the shorter of the two calls needs.
