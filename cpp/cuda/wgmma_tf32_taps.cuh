@@ -110,23 +110,6 @@ struct Tf32Tile {
       : work(scheduler.tile(index)), walk(persistent_walk<C>(args, work)), plan(args.problem, work, walk) {}
 };
 
-// A step of a block's walk: step s of its tile `index` (of `steps`), or past the walk's end (index >= tiles).
-// Tiles whose rows all fall outside X (a filter row's clipped rows) have no steps and are passed over.
-template <class C>
-struct Tf32StepCursor {
-  long long index;
-  int s, steps;
-  // The first step of the block's tiles from `first` on.
-  __device__ void seek(const OmegaArgs& args, const TileScheduler& scheduler, long long tiles,
-                       long long first) {
-    for (index = first, s = 0; index < tiles; index += gridDim.x)
-      if ((steps = Tf32Tile<C>(args, scheduler, index).plan.steps) > 0) return;
-  }
-  __device__ void advance(const OmegaArgs& args, const TileScheduler& scheduler, long long tiles) {
-    if (++s == steps) seek(args, scheduler, tiles, index + gridDim.x);
-  }
-};
-
 // The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
 // blocks, their lanes and its host check).
 __device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
@@ -299,16 +282,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
         tile.plan.issue(args, tile.work, tile.walk, grads + slot * C::side_elems, grad_full + slot, s, false);
       }
     };
-    Tf32StepCursor<C> step;
-    step.seek(args, scheduler, tiles, blockIdx.x);
+    const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
+    BlockStepCursor step;  // the step g (winrs/tap_runs.h: tiles without steps passed over)
+    step.seek(blockIdx.x, gridDim.x, tiles, steps_of);
     if (step.index >= tiles) return;
     if (issuer) {
       issue(step.index, step.s, 0, true);
       issue(step.index, step.s, 0, false);
     }
     for (int g = 0;; ++g) {
-      Tf32StepCursor<C> next = step;  // the step after g
-      next.advance(args, scheduler, tiles);
+      BlockStepCursor next = step;  // the step after g
+      next.advance(gridDim.x, tiles, steps_of);
       const bool more = next.index < tiles;
       if (issuer && more) issue(next.index, next.s, g + 1, true);
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;

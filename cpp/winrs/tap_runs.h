@@ -88,6 +88,26 @@ struct TapRunWalk : TapRunShape {
   }
 };
 
+// A persistent block's steps in order across its tiles first, first + stride, ... (< tiles): step s of tile
+// `index` (of `steps`), or past the walk's end (index >= tiles). Tiles without steps (a filter row whose rows
+// all fall outside X) are passed over: a producer that walks one step ahead of its loop
+// (cuda/wgmma_tf32_taps.cuh) meets every step its consumers' nested loops over tiles and steps meet, and no
+// other.
+struct BlockStepCursor {
+  long long index = 0;
+  int s = 0, steps = 0;
+  // The first step of the tiles from `first` on; steps_of(index) gives a tile's steps.
+  template <class StepsOf>
+  WINRS_HD void seek(long long first, long long stride, long long tiles, const StepsOf& steps_of) {
+    for (index = first, s = 0; index < tiles; index += stride)
+      if ((steps = steps_of(index)) > 0) return;
+  }
+  template <class StepsOf>
+  WINRS_HD void advance(long long stride, long long tiles, const StepsOf& steps_of) {
+    if (++s == steps) seek(index + stride, stride, tiles, steps_of);
+  }
+};
+
 // Where tap j of K-block `sub` (units 16 sub .. 16 sub + 15 of a step of `positions` positions) finds its X:
 // `back` steps before the step, at row `row` of that step's X (position row / images, image row % images).
 // Unit 16 sub is image i of position q of the step; its tap j is run position q + j after the step's first

@@ -5,6 +5,7 @@
 // only steps of its run; and every term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] whose X row lies in
 // the tensor is summed exactly once. Prints what failed and exits 1, or prints the count of layers checked.
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "winrs/tap_runs.h"
@@ -134,9 +135,41 @@ void check(const Layer& l) {
   }
 }
 
+// The block step cursor (BlockStepCursor) against the consumers' nested loops over a block's tiles and their
+// steps, on tiles of 0 to 3 steps (none at the start, runs of none, none at the end), for blocks of every
+// grid.
+void check_step_cursor() {
+  for (int pattern = 0; pattern < 729; ++pattern) {  // six tiles of 0, 1 or 2 steps, then 3 in some
+    std::vector<int> steps;
+    for (int t = 0, rest = pattern; t < 6; ++t, rest /= 3) steps.push_back(rest % 3);
+    if (pattern % 7 == 0) steps.push_back(3);
+    const long long tiles = (long long)steps.size();
+    const auto steps_of = [&](long long index) { return steps[index]; };
+    for (long long grid = 1; grid <= tiles + 1; ++grid)
+      for (long long block = 0; block < grid; ++block) {
+        std::vector<std::pair<long long, int>> nested, walked;
+        for (long long index = block; index < tiles; index += grid)
+          for (int s = 0; s < steps[index]; ++s) nested.emplace_back(index, s);
+        winrs::BlockStepCursor step;
+        for (step.seek(block, grid, tiles, steps_of); step.index < tiles;
+             step.advance(grid, tiles, steps_of)) {
+          walked.emplace_back(step.index, step.s);
+          if (walked.size() > nested.size()) break;
+        }
+        if (walked != nested) {
+          std::printf("FAILED: the block step cursor on pattern %d, block %lld of %lld: %zu steps, not %zu\n",
+                      pattern, block, grid, walked.size(), nested.size());
+          ++failures;
+          return;
+        }
+      }
+  }
+}
+
 }  // namespace
 
 int main() {
+  check_step_cursor();
   int layers = 0;
   for (int batch : {32, 64, 128, 192})
     for (int filter_w : {2, 3, 4, 5, 7})
