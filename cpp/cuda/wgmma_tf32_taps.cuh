@@ -103,11 +103,15 @@ struct Tf32TapRuns : TapRunWalk {
 // A tile of the block's walk and its steps' boxes.
 template <class C>
 struct Tf32Tile {
+  long long index;
   WorkTile work;
   UnitWalk walk;
   Tf32TapRuns<C> plan;
-  __device__ Tf32Tile(const OmegaArgs& args, const TileScheduler& scheduler, long long index)
-      : work(scheduler.tile(index)), walk(persistent_walk<C>(args, work)), plan(args.problem, work, walk) {}
+  __device__ Tf32Tile(const OmegaArgs& args, const TileScheduler& scheduler, long long tile_index)
+      : index(tile_index),
+        work(scheduler.tile(tile_index)),
+        walk(persistent_walk<C>(args, work)),
+        plan(args.problem, work, walk) {}
 };
 
 // The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
@@ -265,9 +269,16 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   if (threadIdx.x < kProducerThreads) {
     lower_registers<40>();  // 128 x 40 + 256 x 232: the 384 x 168 registers the block was launched with
     const bool issuer = threadIdx.x == 0;
-    // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY.
+    const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
+    BlockStepCursor step;  // the step g (winrs/tap_runs.h: tiles without steps passed over)
+    step.seek(blockIdx.x, gridDim.x, tiles, steps_of);
+    if (step.index >= tiles) return;
+    // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY, from the
+    // tile of the last copies (built again when the walk moves on: its divisions are on the transpose's
+    // path).
+    Tf32Tile<C> tile(args, scheduler, step.index);
     const auto issue = [&](long long index, int s, int g, bool input) {
-      const Tf32Tile<C> tile(args, scheduler, index);
+      if (index != tile.index) tile = Tf32Tile<C>(args, scheduler, index);
       if (input) {
         const int slot = g % C::input_stages;
         mbarrier_arrive_expect(input_full + slot, uint32_t(C::side_bytes));
@@ -282,10 +293,6 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
         tile.plan.issue(args, tile.work, tile.walk, grads + slot * C::side_elems, grad_full + slot, s, false);
       }
     };
-    const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
-    BlockStepCursor step;  // the step g (winrs/tap_runs.h: tiles without steps passed over)
-    step.seek(blockIdx.x, gridDim.x, tiles, steps_of);
-    if (step.index >= tiles) return;
     if (issuer) {
       issue(step.index, step.s, 0, true);
       issue(step.index, step.s, 0, false);
@@ -344,7 +351,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     gemm.template retire<0>();
     release_through(g - 1);
 
-    write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
+    // (A tile without steps adds nothing: its sums are atomic, tap_runs_fit.)
+    if (plan.steps > 0) write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
   }
 }
 
@@ -379,16 +387,24 @@ inline int tf32_prefetch_steps() {
   return value && value[0] ? std::max(std::atoi(value), 0) : kTf32PrefetchSteps;
 }
 
-// Launches the TF32 T-tap tiles (their maps set here) where they apply: switched on, Hopper's sm_90a code
-// loaded, one problem, chains of one link, a batch of whole boxes of 32 images, T-tap rows (persistent_taps
-// at two positions a step gives 2 or 3). False with nothing launched otherwise; else *result is the launch's
-// status. (A template, so that only the TF32 path's translation units compile the kernels.)
+// Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's
+// sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, a batch of whole boxes
+// of 32 images, channels in 16-byte pieces. (The launch asks it before it cuts a row's last column off.)
+inline bool tf32_taps_may_launch(const OmegaArgs& args) {
+  const Problem& p = args.problem;
+  return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
+         p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0 &&
+         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>>));
+}
+
+// Launches the TF32 T-tap tiles (their maps set here) where they apply: tf32_taps_may_launch, and T-tap rows
+// (persistent_taps at two positions a step gives 2 or 3). False with nothing launched otherwise; else *result
+// is the launch's status. (A template, so that only the TF32 path's translation units compile the kernels.)
 template <Path P>
 bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
   static_assert(P == Path::kTf32);
   const Problem& p = args.problem;
-  if (!tf32_taps_enabled() || !persistent_launchable(args) || args.grid.image_parts != 1) return false;
-  if (p.batch % kTf32Images != 0 || p.in_c % 4 != 0 || p.out_c % 4 != 0) return false;
+  if (!tf32_taps_may_launch(args)) return false;
   const int taps = persistent_taps(p, args.grid, args.kernel, kTf32Images);
   if (taps != 2 && taps != 3) return false;
   OmegaArgs mapped = args;

@@ -190,14 +190,14 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
 // the one-tap kernel's layers into columns a position or two wide (one-tap tiles do not care), where a T-tap
 // run would copy T - 1 positions of X alone for every one or two it computes; atomic adds let any cut of dY
 // into segments sum into dW, and each tap's sum keeps its terms. So: bands of rows, columns of whole steps,
-// and parts of the batch (boxes of 64 images each), the cut that takes the fewest waves of `sms` tiles of
-// `channels`-wide channel blocks times a tile's steps (and overhead_steps for its start and its output).
-// Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each, bands up to 4 x sms.
-// `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an experiment (WINRS_JAX_TAP_RUN_OVERHEAD).
-// 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3 128:16:256 0.097 -> 0.086 ms, 5x5 32:32:256
-// 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7 32:16:512 and 3x3 32:28:512
-// even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3 128:16:256's 384 tiles of 18 steps
-// took 0.097 ms, 128:15:256's 120 of 51 0.069.
+// and parts of the batch (boxes of max_images images each, 64 unless a config asks fewer), the cut that takes
+// the fewest waves of `sms` tiles of `channels`-wide channel blocks times a tile's steps (and overhead_steps
+// for its start and its output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each,
+// bands up to 4 x sms. `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an experiment
+// (WINRS_JAX_TAP_RUN_OVERHEAD). 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3 128:16:256 0.097
+// -> 0.086 ms, 5x5 32:32:256 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7
+// 32:16:512 and 3x3 32:28:512 even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3
+// 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
                                 int channels = 128, int overhead_steps = kTapRunOverheadSteps,
