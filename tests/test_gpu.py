@@ -268,32 +268,37 @@ def test_tf32_rounds_ties_to_even_on_the_gpu(in_c):
     np.testing.assert_array_equal(gpu, cpu)
 
 
-# The TF32 T-tap tiles (cuda/wgmma_tf32_taps.cuh, WINRS_JAX_TF32_TAPS=1 while a draft): batches of 32, 64
-# and 128 in boxes of 32 images, three and two taps (5 = 3 + 2, 2), rows of an odd width with their last
-# column apart, channels past a block's panels, and rows of two (a filter row's tiles without steps), on all
-# SMs and on 3 blocks walking many tiles. (tools/kernel_check.cu asserts that its TF32 cases launch them.)
-TF32_TILE_LAYERS = [
+# The persistent block's T-tap tiles (cuda/wgmma_persistent.cuh) in 16 bits and on TF32 (cuda/wgmma_tf32_taps.cuh,
+# WINRS_JAX_TF32_TAPS=1 while a draft), as tap_run_grid cuts them and in equal shares of the steps
+# (WINRS_JAX_TAP_SHARES=1, winrs/tap_runs.h): batches of 32, 64 and 128, three and two taps (5 = 3 + 2, 2), rows
+# of an odd width with their last column apart, channels past a block's panels, and rows of two (a filter
+# row's tiles without steps), on all SMs and on 3 blocks walking many tiles. (tools/kernel_check.cu asserts
+# that its TF32 cases launch the TF32 tiles.)
+TAP_TILE_LAYERS = [
     ((32, 6, 18, 136), 72, (3, 3)),
     ((64, 4, 23, 72), 136, (3, 3)),
     ((128, 3, 18, 136), 72, (3, 5)),
     ((32, 2, 17, 200), 136, (3, 2)),
     ((64, 2, 22, 136), 72, (3, 3)),
 ]
+TAP_TILE_RUNS = [("tf32", "0", ""), ("tf32", "0", "3"), ("tf32", "1", ""), ("tf32", "1", "3"), ("bf16", "1", ""),
+                 ("bf16", "1", "3")]  # fmt: skip
 
 
-@pytest.mark.parametrize("blocks", ["", "3"], ids=["all-sms", "3-blocks"])
-@pytest.mark.parametrize("layer", range(len(TF32_TILE_LAYERS)))
-def test_tf32_tiles_match_the_cpu(layer, blocks, rng, monkeypatch):
-    """The TF32 tiles round operands as the CPU executor does (tf32_bits), so only the order of float32 sums
-    differs: positive inputs, no cancellation."""
+@pytest.mark.parametrize("path, shares, blocks", TAP_TILE_RUNS, ids=lambda v: v or "all")
+@pytest.mark.parametrize("layer", range(len(TAP_TILE_LAYERS)))
+def test_tap_tiles_match_the_cpu(layer, path, shares, blocks, rng, monkeypatch):
+    """The tiles round operands as the CPU executor does (TF32: tf32_bits; 16 bits: exact products), so only the
+    order of float32 sums differs: positive inputs, no cancellation."""
     monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")
+    monkeypatch.setenv("WINRS_JAX_TAP_SHARES", shares)
     monkeypatch.setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks)
     pads = (1, 1, 1, 1)
-    x_shape, out_c, (fh, fw) = TF32_TILE_LAYERS[layer]
+    x_shape, out_c, (fh, fw) = TAP_TILE_LAYERS[layer]
     n, h, w, _ = x_shape
-    x, dy = _inputs(rng, "tf32", x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
-    gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path="tf32")
-    cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path="tf32")
+    x, dy = _inputs(rng, path, x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
+    gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path=path)
+    cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path=path)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-5 * np.abs(cpu).max())
 
 

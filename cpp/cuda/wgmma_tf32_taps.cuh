@@ -232,7 +232,7 @@ struct Tf32TapRunsGemm {
 // walks the block's steps g across its tiles with the step after (the copies it issues while at g): X of
 // g + 1 into the raw buffer that step g - 1's transpose freed, before g's transpose, and dY of g + 1 after
 // it, once the consumers have let go of g - 1's (so that a producer waiting there has g's transpose done).
-template <class C>
+template <class C, bool Shares>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
   if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_tf32_taps)
@@ -270,13 +270,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     lower_registers<40>();  // 128 x 40 + 256 x 232: the 384 x 168 registers the block was launched with
     const bool issuer = threadIdx.x == 0;
     const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
-    BlockStepCursor step;  // the step g (winrs/tap_runs.h: tiles without steps passed over)
-    step.seek(blockIdx.x, gridDim.x, tiles, steps_of);
-    if (step.index >= tiles) return;
+    const auto piece_after = [&](TapRunPieces& pieces, TilePiece* piece) {
+      return next_piece<C, Shares>(args, scheduler, pieces, piece);
+    };
+    BlockStepCursor step;  // the step g (winrs/tap_runs.h: pieces without steps passed over)
+    step.pieces = persistent_pieces<C, Shares>(args, scheduler);
+    step.seek(piece_after, steps_of);
+    if (!step.valid) return;
     // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY, from the
     // tile of the last copies (built again when the walk moves on: its divisions are on the transpose's
     // path).
-    Tf32Tile<C> tile(args, scheduler, step.index);
+    Tf32Tile<C> tile(args, scheduler, step.piece.tile);
     const auto issue = [&](long long index, int s, int g, bool input) {
       if (index != tile.index) tile = Tf32Tile<C>(args, scheduler, index);
       if (input) {
@@ -294,14 +298,14 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       }
     };
     if (issuer) {
-      issue(step.index, step.s, 0, true);
-      issue(step.index, step.s, 0, false);
+      issue(step.piece.tile, step.s, 0, true);
+      issue(step.piece.tile, step.s, 0, false);
     }
     for (int g = 0;; ++g) {
       BlockStepCursor next = step;  // the step after g
-      next.advance(gridDim.x, tiles, steps_of);
-      const bool more = next.index < tiles;
-      if (issuer && more) issue(next.index, next.s, g + 1, true);
+      next.advance(piece_after, steps_of);
+      const bool more = next.valid;
+      if (issuer && more) issue(next.piece.tile, next.s, g + 1, true);
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
       if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
@@ -310,7 +314,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
       if (issuer) {
         mbarrier_arrive(kmajor_full + ks);
-        if (more) issue(next.index, next.s, g + 1, false);
+        if (more) issue(next.piece.tile, next.s, g + 1, false);
       }
       if (!more) return;
       step = next;
@@ -327,17 +331,18 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       if (lane == 0) mbarrier_arrive(kmajor_empty + released % C::kmajor_stages);
     __syncwarp();
   };
-  for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
-    const Tf32Tile<C> tile(args, scheduler, index);
+  for_each_piece<C, Shares>(args, scheduler, tiles, [&](const TilePiece& piece) {
+    const Tf32Tile<C> tile(args, scheduler, piece.tile);
     const WorkTile& work = tile.work;
     const Tf32TapRuns<C>& plan = tile.plan;
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);  // past the tensor: waits and releases
+    const int end = piece.end < 0 ? plan.steps : piece.end;
     gemm.init(tid);
-    for (int s = 0; s < plan.steps; ++s, ++g) {
+    for (int s = piece.first; s < end; ++s, ++g) {
       const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
       mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
-      if (plan.computes(s) && !idle) {
+      if (plan.computes(s) && s >= piece.compute_from && !idle) {
         gemm.run(grads + gs * C::side_elems, kmajors, g);
       } else {
         wgmma_fence();
@@ -351,9 +356,9 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     gemm.template retire<0>();
     release_through(g - 1);
 
-    // (A tile without steps adds nothing: its sums are atomic, tap_runs_fit.)
-    if (plan.steps > 0) write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
-  }
+    // (A piece without steps adds nothing: its sums are atomic, tap_runs_fit.)
+    if (piece.first < end) write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
+  });
 }
 
 // The TMA's maps of float32 X and dY for the TF32 tiles: boxes of 32 channels (128 bytes) of one pixel of
@@ -374,7 +379,9 @@ inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") == '1';
 template <int Taps>
 bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
   using C = WgmmaTf32TapsConfig<Taps>;
-  if (!launch_persistent_block<C>(persistent_tf32_kernel<C>, mapped, stream, result)) return false;
+  if (!launch_persistent_block<C>(persistent_tf32_kernel<C, false>, persistent_tf32_kernel<C, true>, mapped,
+                                  stream, result))
+    return false;
   tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -389,12 +396,15 @@ inline int tf32_prefetch_steps() {
 
 // Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's
 // sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, a batch of whole boxes
-// of 32 images, channels in 16-byte pieces. (The launch asks it before it cuts a row's last column off.)
-inline bool tf32_taps_may_launch(const OmegaArgs& args) {
+// of 32 images, channels in 16-byte pieces. (The launch asks it before it cuts a row's last column off; a
+// template, as launch_tf32_taps.)
+template <Path P>
+bool tf32_taps_may_launch(const OmegaArgs& args) {
+  static_assert(P == Path::kTf32);
   const Problem& p = args.problem;
   return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
          p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0 &&
-         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>>));
+         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>, false>));
 }
 
 // Launches the TF32 T-tap tiles (their maps set here) where they apply: tf32_taps_may_launch, and T-tap rows
@@ -404,7 +414,7 @@ template <Path P>
 bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
   static_assert(P == Path::kTf32);
   const Problem& p = args.problem;
-  if (!tf32_taps_may_launch(args)) return false;
+  if (!tf32_taps_may_launch<P>(args)) return false;
   const int taps = persistent_taps(p, args.grid, args.kernel, kTf32Images);
   if (taps != 2 && taps != 3) return false;
   OmegaArgs mapped = args;

@@ -19,6 +19,7 @@ struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
   int width0 = 0;              // the primary columns' width (0: all of them, no residual column)
   bool split = false;          // two positions a step on odd rows: the last column apart (tap_run_even_split)
+  bool shares = false;         // equal shares of the steps (TapRunShares), not tap_run_grid's tiles
   winrs::TapRunRules rules{};  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
                                // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
 };
@@ -71,45 +72,64 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   }
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.rules))
     return fail(l, "the layer should fit", kernel, taps);
-  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
-                                               winrs::kTapRunOverheadSteps, l.rules.max_images);
+  // The launch's grid: tap_run_grid's cut, or with equal shares one segment of all rows (TapRunShares).
+  const SegmentGrid grid = l.shares ? winrs::TapRunShares::grid_of(planned, kernel)
+                                    : winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
+                                                          winrs::kTapRunOverheadSteps, l.rules.max_images);
   const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, balanced);
-  for (long long index = 0; index < scheduler.count(); ++index) {
-    const winrs::WorkTile work = scheduler.tile(index);
-    const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
-    const winrs::TapRunWalk runs(p, work, walk, taps, l.rules.max_images);
-    const winrs::TapRunShape& shape = runs;
-    if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w) return fail(l, "tile columns", work.f0, runs.taps);
-    if (balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
-    if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
-    if (shape.images != (l.batch < l.rules.max_images ? l.batch : l.rules.max_images))
-      return fail(l, "boxes of at most max_images", shape.images);
-    // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
-    // X).
-    if (runs.width % shape.positions != 0) return fail(l, "a run of part of a step", runs.width);
-    for (int s = 0; s < runs.steps; ++s) {
-      if (!runs.computes(s)) continue;
-      const auto st = runs.step(s, walk);
-      for (int sub = 0; sub < winrs::kTapRunUnits / winrs::kTapRunBlock; ++sub) {
-        const int q = sub * winrs::kTapRunBlock / shape.images,
-                  first = sub * winrs::kTapRunBlock % shape.images;
-        const int grad_image = runs.grad_image(st, q), ow = runs.grad_col(st, q, walk);
-        for (int j = 0; j < runs.taps; ++j) {
-          const winrs::TapXPlace at = winrs::tap_x_place(taps, shape.positions, sub, j);
-          if (at.back < 0 || at.back > shape.reach || (s - at.back) / runs.run_steps != s / runs.run_steps)
-            return fail(l, "X from outside the run", s, at.back);
-          const auto from = runs.step(s - at.back, walk);
-          const int x_q = at.row / shape.images, x_image = from.image + at.row % shape.images;
-          const int x_col = runs.x_col(from, x_q, walk), x_row = runs.x_row(from);
-          if (grad_image >= l.batch) continue;  // units past the run: zero dY
-          const int n = grad_image + first, fw = work.f0 + j;
-          if (x_image != n) return fail(l, "X's images", x_image, n);
-          if (x_row != st.oh + work.fh - l.pad_top) return fail(l, "X's row", x_row, st.oh);
-          if (x_col != ow + fw - l.pad_left) return fail(l, "X's column", x_col, ow + fw - l.pad_left);
-          if (ow < 0 || ow >= l.out_w) return fail(l, "dY's column", ow);
-          for (int i = 0; i < winrs::kTapRunBlock; ++i)
-            ++count[(((long long)(n + i) * l.out_h + st.oh) * l.out_w + ow) * l.filter_h * l.filter_w +
-                    work.fh * l.filter_w + fw];
+  const winrs::TapRunShares shares(p, scheduler, taps, l.rules.max_images);
+  // Every block's pieces (whole tiles b, b + sms, ..., or its share's), as the kernels walk them.
+  for (long long block = 0; block < sms; ++block) {
+    winrs::TapRunPieces pieces =
+        l.shares ? winrs::TapRunPieces::of_share(shares, block, sms) : winrs::TapRunPieces::of_tiles(block);
+    winrs::TilePiece piece;
+    while (l.shares ? pieces.next_share(shares, block, sms, &piece)
+                    : pieces.next_tile(sms, scheduler.count(), &piece)) {
+      const long long index = piece.tile;
+      const winrs::WorkTile work = scheduler.tile(index);
+      const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
+      const winrs::TapRunWalk runs(p, work, walk, taps, l.rules.max_images);
+      const int end = piece.end < 0 ? runs.steps : piece.end;
+      if (piece.first < 0 || piece.first > piece.compute_from || end > runs.steps ||
+          (piece.compute_from > piece.first && piece.compute_from - piece.first != runs.reach))
+        return fail(l, "a piece's steps", piece.first, end);
+      if (const int k = piece.compute_from % runs.run_steps; k != 0 && k < runs.reach)
+        return fail(l, "a share cut in a run's steps of X alone", piece.compute_from, runs.run_steps);
+      const winrs::TapRunShape& shape = runs;
+      if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w)
+        return fail(l, "tile columns", work.f0, runs.taps);
+      if (balanced && runs.taps < taps - 1) return fail(l, "a balanced cut's tile", work.f0, runs.taps);
+      if (walk.batch % shape.images != 0) return fail(l, "a part of the batch in whole boxes", walk.batch);
+      if (shape.images != (l.batch < l.rules.max_images ? l.batch : l.rules.max_images))
+        return fail(l, "boxes of at most max_images", shape.images);
+      // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
+      // X).
+      if (runs.width % shape.positions != 0) return fail(l, "a run of part of a step", runs.width);
+      for (int s = piece.first; s < end; ++s) {
+        if (!runs.computes(s) || s < piece.compute_from) continue;
+        const auto st = runs.step(s, walk);
+        for (int sub = 0; sub < winrs::kTapRunUnits / winrs::kTapRunBlock; ++sub) {
+          const int q = sub * winrs::kTapRunBlock / shape.images,
+                    first = sub * winrs::kTapRunBlock % shape.images;
+          const int grad_image = runs.grad_image(st, q), ow = runs.grad_col(st, q, walk);
+          for (int j = 0; j < runs.taps; ++j) {
+            const winrs::TapXPlace at = winrs::tap_x_place(taps, shape.positions, sub, j);
+            if (at.back < 0 || at.back > shape.reach || (s - at.back) / runs.run_steps != s / runs.run_steps)
+              return fail(l, "X from outside the run", s, at.back);
+            if (s - at.back < piece.first) return fail(l, "X from before the piece", s, at.back);
+            const auto from = runs.step(s - at.back, walk);
+            const int x_q = at.row / shape.images, x_image = from.image + at.row % shape.images;
+            const int x_col = runs.x_col(from, x_q, walk), x_row = runs.x_row(from);
+            if (grad_image >= l.batch) continue;  // units past the run: zero dY
+            const int n = grad_image + first, fw = work.f0 + j;
+            if (x_image != n) return fail(l, "X's images", x_image, n);
+            if (x_row != st.oh + work.fh - l.pad_top) return fail(l, "X's row", x_row, st.oh);
+            if (x_col != ow + fw - l.pad_left) return fail(l, "X's column", x_col, ow + fw - l.pad_left);
+            if (ow < 0 || ow >= l.out_w) return fail(l, "dY's column", ow);
+            for (int i = 0; i < winrs::kTapRunBlock; ++i)
+              ++count[(((long long)(n + i) * l.out_h + st.oh) * l.out_w + ow) * l.filter_h * l.filter_w +
+                      work.fh * l.filter_w + fw];
+          }
         }
       }
     }
@@ -151,9 +171,12 @@ void check_step_cursor() {
         for (long long index = block; index < tiles; index += grid)
           for (int s = 0; s < steps[index]; ++s) nested.emplace_back(index, s);
         winrs::BlockStepCursor step;
-        for (step.seek(block, grid, tiles, steps_of); step.index < tiles;
-             step.advance(grid, tiles, steps_of)) {
-          walked.emplace_back(step.index, step.s);
+        step.pieces = winrs::TapRunPieces::of_tiles(block);
+        const auto next_piece = [&](winrs::TapRunPieces& pieces, winrs::TilePiece* piece) {
+          return pieces.next_tile(grid, tiles, piece);
+        };
+        for (step.seek(next_piece, steps_of); step.valid; step.advance(next_piece, steps_of)) {
+          walked.emplace_back(step.piece.tile, step.s);
           if (walked.size() > nested.size()) break;
         }
         if (walked != nested) {
@@ -219,6 +242,32 @@ int main() {
           l.split = out_w % 2 == 1;
           check(l);
         }
+  // Equal shares of the steps (TapRunShares, WINRS_JAX_TAP_SHARES): one segment of all rows a tile, pieces of
+  // runs cut past their steps of X alone; boxes of 64 and of 32 images, 1D and 2D rows, odd rows split.
+  for (int max_images : {64, 32})
+    for (int batch : {32, 64, 128})
+      for (int filter_w : {2, 3, 4, 5, 7})
+        for (int out_w : {16, 17, 21, 40})
+          for (int out_h : {1, 3}) {
+            const int taps = winrs::tap_run_taps(filter_w);
+            const int positions = winrs::tap_run_shape(batch, taps, max_images).positions;
+            const int width =
+                out_w % positions ? out_w - 1 : out_w;  // odd rows split at two positions a step
+            const int reach = winrs::tap_run_shape(batch, taps, max_images).reach;
+            if (winrs::tap_run_steps_per_x_step(filter_w, taps) * reach > width / positions) continue;
+            ++layers;
+            Layer l{batch, out_h, out_w, out_h == 1 ? 1 : 3, filter_w, out_h == 1 ? 0 : 1, filter_w / 2};
+            l.split = width != out_w;
+            l.shares = true;
+            l.rules.max_images = max_images;
+            check(l);
+          }
+  for (int batch : {32, 64}) {  // a residual column of its own (kernel 1) wide enough for runs
+    ++layers;
+    Layer l{batch, 2, 38, 3, 3, 1, 1, 20};
+    l.shares = true;
+    check(l);
+  }
   // Filters 3k + 1 wide cut evenly (4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2), and 3 + 1, 3 + 3 + 1 and
   // 3 + 3 + 3 + 1 (WINRS_JAX_TAP_BALANCED=0).
   for (bool balanced : {true, false})
