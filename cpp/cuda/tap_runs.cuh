@@ -17,7 +17,7 @@ struct TapRuns : TapRunWalk {
   static_assert(C::copy_units == kTapRunUnits && C::K == kTapRunBlock);
 
   __device__ TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
-      : TapRunWalk(p, work, walk, C::taps) {}
+      : TapRunWalk(p, work, walk, C::taps, C::max_images) {}
 
   // The bytes that complete step s's `full` barrier (boxes outside the tensor count whole, as zeros).
   __device__ uint32_t bytes(int s) const {

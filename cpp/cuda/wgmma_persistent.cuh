@@ -299,9 +299,6 @@ template <class C>
 bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(OmegaArgs),
                              const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
   if (!persistent_launchable(mapped)) return false;
-  if (!loads_sm90a(reinterpret_cast<const void*>(kernel)) ||
-      !loads_sm90a(reinterpret_cast<const void*>(shares_kernel)))
-    return false;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
@@ -333,6 +330,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(Om
     args.grid = shares ? whole.grid : cut;
   }
   if (shares) kernel = shares_kernel;
+  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   const long long tiles = persistent_scheduler<C>(args).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));

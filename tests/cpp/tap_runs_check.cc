@@ -5,6 +5,7 @@
 // only steps of its run; and every term dY[n, oh, ow] X[n, oh + fh - pt, ow + fw - pl] whose X row lies in
 // the tensor is summed exactly once. Prints what failed and exits 1, or prints the count of layers checked.
 #include <cstdio>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct Layer {
   int width0 = 0;              // the primary columns' width (0: all of them, no residual column)
   bool split = false;          // two positions a step on odd rows: the last column apart (tap_run_even_split)
   bool shares = false;         // equal shares of the steps (TapRunShares), not tap_run_grid's tiles
+  int channels = 128;          // input and output channels: a term once per pair of 128-channel blocks
   winrs::TapRunRules rules{};  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
                                // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
 };
@@ -39,10 +41,10 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   Problem p{l.batch,
             l.out_h,
             l.out_w,
-            128,
+            l.channels,
             l.out_h,
             l.out_w,
-            128,
+            l.channels,
             l.filter_h,
             l.filter_w,
             l.pad_top,
@@ -149,7 +151,9 @@ void check(const Layer& l) {
             for (int fw = 0; fw < l.filter_w; ++fw) {
               const int c = count[(((size_t)n * l.out_h + oh) * l.out_w + ow) * l.filter_h * l.filter_w +
                                   fh * l.filter_w + fw];
-              if (c != (real_row ? 1 : 0)) return fail(l, "a term summed other than once", c, sms);
+              const int blocks = (l.channels + 127) / 128;  // channel-block pairs, each a term's once
+              if (c != (real_row ? blocks * blocks : 0))
+                return fail(l, "a term summed other than once per channel blocks", c, sms);
             }
           }
   }
@@ -189,10 +193,47 @@ void check_step_cursor() {
   }
 }
 
+// The cursor over equal shares (the TF32 producer's walk one step ahead) against the consumers' loops over
+// the same pieces and their steps, on layers with filter rows without steps, for 1 to 132 blocks.
+void check_share_cursor() {
+  for (const auto& [out_h, out_w, channels] :
+       {std::tuple{1, 20, 128}, std::tuple{3, 34, 256}, std::tuple{5, 16, 200}}) {
+    const Problem p{64, out_h, out_w, channels, out_h, out_w, channels, 3, 3, 1, 1, 1, 1};
+    const SegmentGrid grid =
+        winrs::TapRunShares::grid_of(SegmentGrid{out_h, out_w, 1, out_h, 1, out_w, 1, true, 64, 1}, 0);
+    const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, 0, 3, 128, 128);
+    const winrs::TapRunShares shares(p, scheduler, 3, winrs::kTapRunUnits);
+    const auto steps_of = [&](long long tile) { return shares.walk(tile).steps; };
+    for (long long blocks : {1, 3, 7, 132})
+      for (long long block = 0; block < blocks; ++block) {
+        std::vector<std::pair<long long, int>> nested, walked;
+        winrs::TapRunPieces pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
+        for (winrs::TilePiece piece; pieces.next_share(shares, block, blocks, &piece);)
+          for (int s = piece.first; s < piece.end; ++s) nested.emplace_back(piece.tile, s);
+        const auto next_piece = [&](winrs::TapRunPieces& at, winrs::TilePiece* piece) {
+          return at.next_share(shares, block, blocks, piece);
+        };
+        winrs::BlockStepCursor step;
+        step.pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
+        for (step.seek(next_piece, steps_of); step.valid; step.advance(next_piece, steps_of)) {
+          walked.emplace_back(step.piece.tile, step.s);
+          if (walked.size() > nested.size()) break;
+        }
+        if (walked != nested) {
+          std::printf("FAILED: the share cursor on %dx%d, block %lld of %lld: %zu steps, not %zu\n", out_h,
+                      out_w, block, blocks, walked.size(), nested.size());
+          ++failures;
+          return;
+        }
+      }
+  }
+}
+
 }  // namespace
 
 int main() {
   check_step_cursor();
+  check_share_cursor();
   int layers = 0;
   for (int batch : {32, 64, 128, 192})
     for (int filter_w : {2, 3, 4, 5, 7})
@@ -268,6 +309,16 @@ int main() {
     l.shares = true;
     check(l);
   }
+  // Shares over channel blocks (2 and 3 a side, the last partial) and over filter rows without steps (a row
+  // of one under a filter of three).
+  for (int channels : {200, 256, 300})
+    for (int out_h : {1, 2, 5}) {
+      ++layers;
+      Layer l{64, out_h, 20, 3, 3, 1, 1};
+      l.shares = true;
+      l.channels = channels;
+      check(l);
+    }
   // Filters 3k + 1 wide cut evenly (4 = 2 + 2, 7 = 3 + 2 + 2, 10 = 3 + 3 + 2 + 2), and 3 + 1, 3 + 3 + 1 and
   // 3 + 3 + 3 + 1 (WINRS_JAX_TAP_BALANCED=0).
   for (bool balanced : {true, false})
