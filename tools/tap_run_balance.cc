@@ -59,7 +59,7 @@ int main() {
       for (long long block = 0; block < kSms; ++block) {
         TapRunPieces pieces = TapRunPieces::of_share(shares, block, kSms);
         double steps = 0;
-        for (TilePiece piece; pieces.next_share(shares, block, kSms, &piece);)
+        for (TilePiece piece; pieces.next_share(shares, &piece);)
           steps += piece.end - piece.first + kTapRunOverheadSteps;
         shared_total += steps;
         shared_max = std::max(shared_max, steps);

@@ -126,8 +126,7 @@ __device__ __forceinline__ TapRunPieces persistent_pieces(const OmegaArgs& args,
 template <class C, bool Shares>
 __device__ __forceinline__ bool next_piece(const OmegaArgs& args, const TileScheduler& scheduler,
                                            TapRunPieces& pieces, TilePiece* piece) {
-  if constexpr (Shares)
-    return pieces.next_share(persistent_shares<C>(args, scheduler), blockIdx.x, gridDim.x, piece);
+  if constexpr (Shares) return pieces.next_share(persistent_shares<C>(args, scheduler), piece);
   return pieces.next_tile(gridDim.x, scheduler.count(), piece);
 }
 // body(piece) for each of this block's pieces in order (whole tiles: a loop over tile indices, as before).

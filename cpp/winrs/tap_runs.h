@@ -176,16 +176,16 @@ struct TapRunShares {
 };
 
 // The pieces of block `block` of `blocks`, in order: its whole tiles block, block + G, ... (< tiles), or with
-// equal shares the pieces of its share [cut(block), cut(block + 1)). One position is all it holds (the next
-// tile, or the share's next step), so that a kernel's consumers keep no more registers across their steps
-// than a tile index; the shares are rebuilt where a piece ends.
+// equal shares the pieces of its share [cut(block), cut(block + 1)). Two positions are all it holds (the next
+// tile, or the share's next step and its end), so that a kernel's consumers keep few registers across their
+// steps; the shares are rebuilt where a piece ends (a locate: filter_h walks).
 struct TapRunPieces {
-  long long at = 0;
+  long long at = 0, end = 0;
 
-  WINRS_HD_INLINE static TapRunPieces of_tiles(long long block) { return TapRunPieces{block}; }
+  WINRS_HD_INLINE static TapRunPieces of_tiles(long long block) { return TapRunPieces{block, 0}; }
   WINRS_HD_INLINE static TapRunPieces of_share(const TapRunShares& shares, long long block,
                                                long long blocks) {
-    return TapRunPieces{shares.cut(block, blocks)};
+    return TapRunPieces{shares.cut(block, blocks), shares.cut(block + 1, blocks)};
   }
   WINRS_HD_INLINE bool next_tile(long long blocks, long long tiles, TilePiece* piece) {
     if (at >= tiles) return false;
@@ -193,9 +193,7 @@ struct TapRunPieces {
     at += blocks;
     return true;
   }
-  WINRS_HD_INLINE bool next_share(const TapRunShares& shares, long long block, long long blocks,
-                                  TilePiece* piece) {
-    const long long end = shares.cut(block + 1, blocks);
+  WINRS_HD_INLINE bool next_share(const TapRunShares& shares, TilePiece* piece) {
     if (at >= end) return false;
     long long tile;
     int step;

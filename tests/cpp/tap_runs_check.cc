@@ -85,8 +85,7 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
     winrs::TapRunPieces pieces =
         l.shares ? winrs::TapRunPieces::of_share(shares, block, sms) : winrs::TapRunPieces::of_tiles(block);
     winrs::TilePiece piece;
-    while (l.shares ? pieces.next_share(shares, block, sms, &piece)
-                    : pieces.next_tile(sms, scheduler.count(), &piece)) {
+    while (l.shares ? pieces.next_share(shares, &piece) : pieces.next_tile(sms, scheduler.count(), &piece)) {
       const long long index = piece.tile;
       const winrs::WorkTile work = scheduler.tile(index);
       const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
@@ -208,10 +207,10 @@ void check_share_cursor() {
       for (long long block = 0; block < blocks; ++block) {
         std::vector<std::pair<long long, int>> nested, walked;
         winrs::TapRunPieces pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
-        for (winrs::TilePiece piece; pieces.next_share(shares, block, blocks, &piece);)
+        for (winrs::TilePiece piece; pieces.next_share(shares, &piece);)
           for (int s = piece.first; s < piece.end; ++s) nested.emplace_back(piece.tile, s);
         const auto next_piece = [&](winrs::TapRunPieces& at, winrs::TilePiece* piece) {
-          return at.next_share(shares, block, blocks, piece);
+          return at.next_share(shares, piece);
         };
         winrs::BlockStepCursor step;
         step.pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
