@@ -547,8 +547,8 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     if constexpr (P == Path::kTf32) {
       // DRAFT: TF32 T-tap tiles on wgmma where WINRS_JAX_TF32_TAPS=1 (wgmma_tf32_taps.cuh); only where the
       // sm_90a code was built (a plain sm_90 image has the kernel's empty body) and WINRS_JAX_WGMMA is not 0.
-      // A row of odd width as the 16-bit block's at a batch of 32 (their steps are two positions of 32
-      // images).
+      // A row of odd width has its last column split off as the 16-bit block's at a batch of 32 (the TF32
+      // tiles' steps are two positions of 32 images at every batch).
       if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && tf32_taps_may_launch<P>(args)) {
         if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel, kTf32Images);
             split.width0 != args.grid.width0 && persistent_launchable(args))
