@@ -136,20 +136,23 @@ struct TapRunShares {
       steps += walk(row_tile * row_tile_tiles()).steps * row_tile_tiles();
     return steps;
   }
-  // Position pos's tile and step (pos < total()).
-  WINRS_HD_INLINE void locate(long long pos, long long* tile, int* step) const {
+  // Position pos's tile and step (pos < total()), and the walk of its filter-row tile's first tile, whose
+  // steps, run steps and reach are the tile's own (one walk, where the piece's arithmetic needs them).
+  WINRS_HD_INLINE TapRunWalk locate(long long pos, long long* tile, int* step) const {
     long long first_tile = 0;
     for (int row_tile = 0; row_tile < scheduler.row_tiles; ++row_tile, first_tile += row_tile_tiles()) {
-      const long long steps = walk(first_tile).steps, group = steps * row_tile_tiles();
+      const TapRunWalk runs = walk(first_tile);
+      const long long group = (long long)runs.steps * row_tile_tiles();
       if (pos < group) {
-        *tile = first_tile + pos / steps;
-        *step = int(pos % steps);
-        return;
+        *tile = first_tile + pos / runs.steps;
+        *step = int(pos % runs.steps);
+        return runs;
       }
       pos -= group;
     }
     *tile = scheduler.count();
     *step = 0;
+    return walk(0);
   }
   // The busiest block's steps as tap_run_grid counts a cut's (`overhead_steps` a piece): a share of the
   // steps, and for each piece of it its overhead and a cut run's X again; a share meets up to 1 + share / (S
@@ -161,15 +164,14 @@ struct TapRunShares {
         scheduler.count() > 1 && tile_steps > 0 ? 1.0 + double(int(share / tile_steps) + 1) : 1.0;
     return share + pieces * (walk(0).reach + overhead_steps);
   }
-  // Block b's first position of `blocks` (total() for b = blocks).
-  WINRS_HD_INLINE long long cut(long long b, long long blocks) const {
-    const long long total = this->total();
+  // Block b's first position of `blocks` on the `total` steps (total() once for all blocks; total for b =
+  // blocks).
+  WINRS_HD_INLINE long long cut(long long b, long long blocks, long long total) const {
     if (b >= blocks) return total;
     const long long pos = b * total / blocks;
     long long tile;
     int step;
-    locate(pos, &tile, &step);
-    const TapRunWalk runs = walk(tile);
+    const TapRunWalk runs = locate(pos, &tile, &step);
     const int k = step % runs.run_steps;
     return k < runs.reach ? pos - k : pos;
   }
@@ -185,7 +187,8 @@ struct TapRunPieces {
   WINRS_HD_INLINE static TapRunPieces of_tiles(long long block) { return TapRunPieces{block, 0}; }
   WINRS_HD_INLINE static TapRunPieces of_share(const TapRunShares& shares, long long block,
                                                long long blocks) {
-    return TapRunPieces{shares.cut(block, blocks), shares.cut(block + 1, blocks)};
+    const long long total = shares.total();
+    return TapRunPieces{shares.cut(block, blocks, total), shares.cut(block + 1, blocks, total)};
   }
   WINRS_HD_INLINE bool next_tile(long long blocks, long long tiles, TilePiece* piece) {
     if (at >= tiles) return false;
@@ -197,8 +200,7 @@ struct TapRunPieces {
     if (at >= end) return false;
     long long tile;
     int step;
-    shares.locate(at, &tile, &step);
-    const TapRunWalk runs = shares.walk(tile);
+    const TapRunWalk runs = shares.locate(at, &tile, &step);
     const long long tile_end = at - step + runs.steps, last = tile_end < end ? tile_end : end;
     const int again = step % runs.run_steps == 0 ? 0 : runs.reach;  // a cut run: its X before the cut
     *piece = TilePiece{tile, step - again, step, step + int(last - at)};
