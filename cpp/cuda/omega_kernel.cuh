@@ -476,15 +476,20 @@ cudaError_t launch_window(const OmegaArgs& args, cudaStream_t stream) {
 template <Path P>
 cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream);
 
-// A plan's kernel 0 on `split` (its last column cut off, persistent_split) as kernel 0 then as the residual
-// column's kernel 1, each launched as the direct kernel (both add atomically into dW).
+// A row of odd width at two positions a step (boxes of at most `max_images`): the plan's kernel 0 with its
+// last column cut off (persistent_split) launched as kernel 0, then that column as the residual column's
+// kernel 1, each as the direct kernel (both add atomically into dW); *result is their status. False, with
+// nothing launched, where there is no such cut or the persistent block cannot take the launch.
 template <Path P>
-cudaError_t launch_split(const OmegaArgs& args, const SegmentGrid& split, cudaStream_t stream) {
+bool launch_split(const OmegaArgs& args, int max_images, cudaStream_t stream, cudaError_t* result) {
+  const SegmentGrid split = persistent_split(args.problem, args.grid, args.kernel, max_images);
+  if (split.width0 == args.grid.width0 || !persistent_launchable(args)) return false;
   OmegaArgs rest = args, last = args;
   rest.grid = last.grid = split;
   last.kernel = 1;
-  const cudaError_t status = launch_direct<P>(rest, stream);
-  return status != cudaSuccess ? status : launch_direct<P>(last, stream);
+  *result = launch_direct<P>(rest, stream);
+  if (*result == cudaSuccess) *result = launch_direct<P>(last, stream);
+  return true;
 }
 
 // The direct kernel's launches: the filter-row tile where the planner counted it (variants.h, tile_shape;
@@ -528,10 +533,8 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
             // The persistent block where it applies (wgmma_persistent.cuh, persistent_taps). A row of odd
             // width at a batch of 32: T-tap tiles on all columns but the last, one-tap tiles on that one
             // (persistent_split; both add atomically into dW).
-            if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel);
-                split.width0 != args.grid.width0 && persistent_launchable(args))
-              return launch_split<P>(args, split, stream);
             cudaError_t result = cudaSuccess;
+            if (launch_split<P>(args, kTapRunUnits, stream, &result)) return result;
             const int taps = persistent_taps(p, args.grid, args.kernel);
             if ((taps == 3 && launch_persistent<PersistentConfig<P, 3>>(mapped, stream, &result)) ||
                 (taps == 2 && launch_persistent<PersistentConfig<P, 2>>(mapped, stream, &result)) ||
@@ -550,10 +553,8 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
       // A row of odd width has its last column split off as the 16-bit block's at a batch of 32 (the TF32
       // tiles' steps are two positions of 32 images at every batch).
       if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && tf32_taps_may_launch<P>(args)) {
-        if (const SegmentGrid split = persistent_split(p, args.grid, args.kernel, kTf32Images);
-            split.width0 != args.grid.width0 && persistent_launchable(args))
-          return launch_split<P>(args, split, stream);
         cudaError_t result = cudaSuccess;
+        if (launch_split<P>(args, kTf32Images, stream, &result)) return result;
         if (launch_tf32_taps<P>(args, stream, &result)) return result;
       }
     }
