@@ -27,19 +27,12 @@ struct TapRuns : TapRunWalk {
   // Issues step s's boxes into `stage`, completing on `bar` (whose expected bytes the caller has set).
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk,
                         typename C::Smem* stage, uint64_t* bar, int s) const {
-    const Step st = step(s, walk);
-    for (int q = 0; q < positions; ++q) {
-      const int row = q * images * C::panel_channels;  // the box's first row (unit) in a panel
-#pragma unroll
-      for (int panel = 0; panel < C::input_panels; ++panel)
-        tma_load_4d(stage + C::input_base + panel * C::panel_elems + row, &args.input_map, bar,
-                    work.ic0 + panel * C::panel_channels, x_col(st, q, walk), x_row(st), st.image);
-      if (st.k < reach) continue;
-#pragma unroll
-      for (int panel = 0; panel < C::grad_panels; ++panel)
-        tma_load_4d(stage + panel * C::panel_elems + row, &args.grad_map, bar,
-                    work.oc0 + panel * C::panel_channels, grad_col(st, q, walk), st.oh, grad_image(st, q));
-    }
+    boxes(work, walk, s, C::input_panels, C::grad_panels, C::panel_channels,
+          [&](bool grad, int panel, int q, int c0, int c1, int c2, int c3) {
+            const int row = q * images * C::panel_channels;  // the box's first row (unit) in a panel
+            tma_load_4d(stage + (grad ? 0 : C::input_base) + panel * C::panel_elems + row,
+                        grad ? &args.grad_map : &args.input_map, bar, c0, c1, c2, c3);
+          });
   }
 
   // Tap j of K-block `sub` at Positions positions a step (winrs/tap_runs.h, tap_x_place): a constant.

@@ -44,7 +44,8 @@ struct WgmmaTf32TapsConfig {
   static constexpr int K = 8, copy_units = kTapRunUnits, max_images = kTf32Images;
   static_assert(copy_units == kTf32StepUnits && BN == kTf32SideChannels && BM == kTf32SideChannels);
   static constexpr int panel_channels = 32, panel_elems = copy_units * panel_channels;
-  static constexpr int side_elems = 4 * panel_elems;  // one side of a step, 128 channels: 32 KB
+  static constexpr int side_panels = BN / panel_channels;
+  static constexpr int side_elems = side_panels * panel_elems;  // one side of a step, 128 channels: 32 KB
   static constexpr int side_bytes = side_elems * 4;
   static constexpr int grad_stages = 2, input_stages = 2, kmajor_stages = 3;
   static_assert(kTapRunUnits / max_images == 2 && Taps - 1 <= 2,
@@ -69,34 +70,20 @@ struct Tf32TapRuns : TapRunWalk {
 
   __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::side_bytes) : 0u; }
 
-  // fn(map, offset in the buffer, coordinates) for each box of step s: X's where `input`, dY's where `grad`.
-  template <class Fn>
-  __device__ void boxes(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, int s, bool input,
-                        bool grad, Fn&& fn) const {
-    const Step st = step(s, walk);
-    grad = grad && st.k >= reach;
-    for (int q = 0; q < positions; ++q) {
-      const int row = q * images * C::panel_channels;
-#pragma unroll
-      for (int panel = 0; panel < 4; ++panel) {
-        const int offset = panel * C::panel_elems + row, channel = panel * C::panel_channels;
-        if (input) fn(&args.input_map, offset, work.ic0 + channel, x_col(st, q, walk), x_row(st), st.image);
-        if (grad)
-          fn(&args.grad_map, offset, work.oc0 + channel, grad_col(st, q, walk), st.oh, grad_image(st, q));
-      }
-    }
-  }
+  // Step s's X (`input`) or dY into `buffer`, completing on `bar`; or both into L2 alone (prefetch).
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* buffer,
                         uint64_t* bar, int s, bool input) const {
-    boxes(args, work, walk, s, input, !input,
-          [&](const CUtensorMap* map, int offset, int c0, int c1, int c2, int c3) {
-            tma_load_4d(buffer + offset, map, bar, c0, c1, c2, c3);
+    boxes(work, walk, s, input ? C::side_panels : 0, input ? 0 : C::side_panels, C::panel_channels,
+          [&](bool grad, int panel, int q, int c0, int c1, int c2, int c3) {
+            tma_load_4d(buffer + panel * C::panel_elems + q * images * C::panel_channels,
+                        grad ? &args.grad_map : &args.input_map, bar, c0, c1, c2, c3);
           });
   }
   __device__ void prefetch(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, int s) const {
-    boxes(args, work, walk, s, true, true, [&](const CUtensorMap* map, int, int c0, int c1, int c2, int c3) {
-      tma_prefetch_4d(map, c0, c1, c2, c3);
-    });
+    boxes(work, walk, s, C::side_panels, C::side_panels, C::panel_channels,
+          [&](bool grad, int, int, int c0, int c1, int c2, int c3) {
+            tma_prefetch_4d(grad ? &args.grad_map : &args.input_map, c0, c1, c2, c3);
+          });
   }
 };
 

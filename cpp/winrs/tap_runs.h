@@ -86,6 +86,25 @@ struct TapRunWalk : TapRunShape {
   WINRS_HD int grad_image(const Step& st, int q) const {
     return grad_unit(st, q) < width ? st.image : outside;
   }
+
+  // The boxes of step s, in the order the copies issue them: for each position q, X's `input_panels` panels,
+  // then (from k = reach on) dY's `grad_panels`, each of `panel_channels` channels: fn(grad, panel, q,
+  // channel, column, row, image), the box's coordinates innermost first.
+  template <class Fn>
+  WINRS_HD_INLINE void boxes(const WorkTile& work, const UnitWalk& walk, int s, int input_panels,
+                             int grad_panels, int panel_channels, Fn&& fn) const {
+    const Step st = step(s, walk);
+    for (int q = 0; q < positions; ++q) {
+      WINRS_UNROLL
+      for (int panel = 0; panel < input_panels; ++panel)
+        fn(false, panel, q, work.ic0 + panel * panel_channels, x_col(st, q, walk), x_row(st), st.image);
+      if (st.k < reach) continue;
+      WINRS_UNROLL
+      for (int panel = 0; panel < grad_panels; ++panel)
+        fn(true, panel, q, work.oc0 + panel * panel_channels, grad_col(st, q, walk), st.oh,
+           grad_image(st, q));
+    }
+  }
 };
 
 // A piece of a persistent block's walk (TapRunPieces): steps [first, end) of tile `tile` (end -1: to its
