@@ -161,6 +161,21 @@ void check(const Layer& l) {
 // The block step cursor (BlockStepCursor) against the consumers' nested loops over a block's tiles and their
 // steps, on tiles of 0 to 3 steps (none at the start, runs of none, none at the end), for blocks of every
 // grid.
+// The (tile, step) pairs a BlockStepCursor walks from `pieces` on, at most `most` + 1 of them (one past the
+// consumers' count shows a walk that does not end).
+using Steps = std::vector<std::pair<long long, int>>;
+template <class NextPiece, class StepsOf>
+Steps cursor_steps(const winrs::TapRunPieces& pieces, const NextPiece& next_piece, const StepsOf& steps_of,
+                   size_t most) {
+  Steps walked;
+  winrs::BlockStepCursor step;
+  step.pieces = pieces;
+  for (step.seek(next_piece, steps_of); step.valid && walked.size() <= most;
+       step.advance(next_piece, steps_of))
+    walked.emplace_back(step.piece.tile, step.s);
+  return walked;
+}
+
 void check_step_cursor() {
   for (int pattern = 0; pattern < 729; ++pattern) {  // six tiles of 0, 1 or 2 steps, then 3 in some
     std::vector<int> steps;
@@ -170,18 +185,14 @@ void check_step_cursor() {
     const auto steps_of = [&](long long index) { return steps[index]; };
     for (long long grid = 1; grid <= tiles + 1; ++grid)
       for (long long block = 0; block < grid; ++block) {
-        std::vector<std::pair<long long, int>> nested, walked;
+        Steps nested;
         for (long long index = block; index < tiles; index += grid)
           for (int s = 0; s < steps[index]; ++s) nested.emplace_back(index, s);
-        winrs::BlockStepCursor step;
-        step.pieces = winrs::TapRunPieces::of_tiles(block);
         const auto next_piece = [&](winrs::TapRunPieces& pieces, winrs::TilePiece* piece) {
           return pieces.next_tile(grid, tiles, piece);
         };
-        for (step.seek(next_piece, steps_of); step.valid; step.advance(next_piece, steps_of)) {
-          walked.emplace_back(step.piece.tile, step.s);
-          if (walked.size() > nested.size()) break;
-        }
+        const Steps walked =
+            cursor_steps(winrs::TapRunPieces::of_tiles(block), next_piece, steps_of, nested.size());
         if (walked != nested) {
           std::printf("FAILED: the block step cursor on pattern %d, block %lld of %lld: %zu steps, not %zu\n",
                       pattern, block, grid, walked.size(), nested.size());
@@ -205,19 +216,15 @@ void check_share_cursor() {
     const auto steps_of = [&](long long tile) { return shares.walk(tile).steps; };
     for (long long blocks : {1, 3, 7, 132})
       for (long long block = 0; block < blocks; ++block) {
-        std::vector<std::pair<long long, int>> nested, walked;
-        winrs::TapRunPieces pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
+        Steps nested;
+        const winrs::TapRunPieces first = winrs::TapRunPieces::of_share(shares, block, blocks);
+        winrs::TapRunPieces pieces = first;
         for (winrs::TilePiece piece; pieces.next_share(shares, &piece);)
           for (int s = piece.first; s < piece.end; ++s) nested.emplace_back(piece.tile, s);
         const auto next_piece = [&](winrs::TapRunPieces& at, winrs::TilePiece* piece) {
           return at.next_share(shares, piece);
         };
-        winrs::BlockStepCursor step;
-        step.pieces = winrs::TapRunPieces::of_share(shares, block, blocks);
-        for (step.seek(next_piece, steps_of); step.valid; step.advance(next_piece, steps_of)) {
-          walked.emplace_back(step.piece.tile, step.s);
-          if (walked.size() > nested.size()) break;
-        }
+        const Steps walked = cursor_steps(first, next_piece, steps_of, nested.size());
         if (walked != nested) {
           std::printf("FAILED: the share cursor on %dx%d, block %lld of %lld: %zu steps, not %zu\n", out_h,
                       out_w, block, blocks, walked.size(), nested.size());
