@@ -289,7 +289,8 @@ TAP_TILE_RUNS = [("tf32", "0", ""), ("tf32", "0", "3"), ("tf32", "1", ""), ("tf3
 @pytest.mark.parametrize("layer", range(len(TAP_TILE_LAYERS)))
 def test_tap_tiles_match_the_cpu(layer, path, shares, blocks, rng, monkeypatch):
     """The tiles round operands as the CPU executor does (TF32: tf32_bits; 16 bits: exact products), so only the
-    order of float32 sums differs: positive inputs, no cancellation."""
+    order of float32 sums differs: positive inputs, no cancellation. A 16-bit dW is rounded to 16 bits at the
+    end, where that order may move a sum across a rounding boundary: one bf16 step (2^-7 of the value) apart."""
     monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")
     monkeypatch.setenv("WINRS_JAX_TAP_SHARES", shares)
     monkeypatch.setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks)
@@ -299,7 +300,8 @@ def test_tap_tiles_match_the_cpu(layer, path, shares, blocks, rng, monkeypatch):
     x, dy = _inputs(rng, path, x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
     gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path=path)
     cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path=path)
-    np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-5 * np.abs(cpu).max())
+    rtol = 1e-4 if path == "tf32" else 2.0**-7
+    np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=1e-5 * np.abs(cpu).max())
 
 
 def test_stacked_problems_beyond_one_launch(rng):

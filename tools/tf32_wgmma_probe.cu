@@ -74,7 +74,8 @@ __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) 
   for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) raw[tf32_raw_index(e / 64, e % 64)] = a_km[e];
   for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x) raw_b[tf32_raw_index(e % 64, e / 64)] = b_nk[e];
   __syncthreads();
-  tf32_transpose(raw_b, kmajor, threadIdx.x);  // as the rate kernel's producer does, 128 threads
+  if (threadIdx.x < winrs::kTf32TransposeThreads)
+    tf32_transpose(raw_b, kmajor, threadIdx.x);  // as the kernel
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -117,7 +118,8 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
     // (Without a release: the buffer written here may still be read by the MMAs of the step before the last,
     // which a kernel's empty barrier would wait for; the values do not matter to the rate.)
     for (int step = 0; step < steps; ++step) {
-      tf32_transpose(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
+      if (threadIdx.x < winrs::kTf32TransposeThreads)  // the kernel's two transposer warps
+        tf32_transpose(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       asm volatile("bar.sync 1, 384;\n" ::: "memory");
     }

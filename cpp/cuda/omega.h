@@ -34,9 +34,6 @@ struct OmegaArgs {
   // The persistent block's T-tap tiles cut a row's filter columns evenly (wgmma_persistent.cuh,
   // winrs/schedule.h; set by its launch).
   bool balanced_taps = false;
-  // The TF32 T-tap tiles fetch a step's boxes into L2 this many steps ahead of its copies (0: not;
-  // wgmma_tf32_taps.cuh, set by their launch).
-  int prefetch_steps = 0;
 };
 
 // Launches Omega_alpha(n, r) of `variant` (of alpha class AlphaClass) on path P over the segments of one

@@ -80,17 +80,6 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
-// The box of `map` at coordinates (c0 innermost .. c3) fetched into L2 only (no shared memory, no barrier):
-// a later tma_load_4d of it waits for L2 rather than memory.
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-#if WINRS_WGMMA_CODE
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-#endif
-}
-
 // Host: the tensor map of a row-major tensor of 2- or 4-byte elements at `base`, Rank dimensions dims
 // (innermost first, the first the channels) and boxes of box[i] elements along dimension i, zeros outside.
 // Needs the channels x element_bytes a multiple of 16 and base 16-byte aligned (the launches check). False if

@@ -6,23 +6,20 @@
 // - dY is the register operand: each consumer thread loads its fragments (CUTLASS's ALayout_64x8) from the
 //   raw buffer the TMA wrote (float32 boxes of 32 channels, 128-byte swizzle), rounding to TF32 there, once a
 //   step for all taps;
-// - X is the shared-memory operand, transposed into wgmma's K-major 128-byte swizzle (and rounded) by the
-//   producer warpgroup's 128 threads, once a step, into a ring of K-major buffers; tap j reads the buffer of
-//   the step TapXPlace names, as the 16-bit tile does.
+// - X is the shared-memory operand, transposed into wgmma's K-major 128-byte swizzle (and rounded) by two
+//   producer warps, once a step, into a ring of K-major buffers; tap j reads the buffer of the step TapXPlace
+//   names, as the 16-bit tile does.
 // A step is two positions of 32 images at every batch (a multiple of 32), so that taps read X from their
 // step and one before (reach 1). Shared memory: two raw dY buffers, two raw X buffers and three K-major X
-// buffers of 32 KB (224 KB). A step's path: thread 0 copies X (the TMA) a step ahead -> the producer's
-// threads transpose it -> thread 0 copies dY of the step after -> the consumers' MMAs. With one raw X buffer
-// (a K-major one more) the copy's latency was exposed at every step: the producer waited for X and the
-// consumers for its transpose (stall samples, 3x3 32:56:256, H200). Barriers: grad_full / grad_empty per dY
-// buffer, input_full per raw X buffer (its reuse ordered by the producer's own barrier), kmajor_full /
-// kmajor_empty per K-major buffer.
+// buffers of 32 KB (224 KB). A step's path: the issuer copies X (the TMA) -> the transposers transpose it ->
+// the consumers' MMAs, which read dY's raw buffer, copied beside. With one raw X buffer (a K-major one more)
+// the copy's latency was exposed at every step (stall samples, 3x3 32:56:256, H200, thirty-seventh stop).
+// Barriers, per buffer: grad_full / grad_empty (dY), input_full / input_empty (raw X), kmajor_full /
+// kmajor_empty (K-major X).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cuda/tap_runs.cuh"
 #include "cuda/wgmma_persistent.cuh"
@@ -56,7 +53,7 @@ struct WgmmaTf32TapsConfig {
   static constexpr size_t copy_bytes = size_t(kmajor_base + kmajor_stages * side_elems) * 4;
   static constexpr size_t smem_align = 1024;
   static constexpr size_t barrier_offset = copy_bytes;
-  static constexpr int barriers = 2 * grad_stages + input_stages + 2 * kmajor_stages;
+  static constexpr int barriers = 2 * (grad_stages + input_stages + kmajor_stages);
   static constexpr size_t smem_bytes = copy_bytes + smem_align + barriers * sizeof(uint64_t);
   static_assert(smem_bytes <= 232448, "Hopper's 227 KB of shared memory per block");
 };
@@ -70,19 +67,13 @@ struct Tf32TapRuns : TapRunWalk {
 
   __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::side_bytes) : 0u; }
 
-  // Step s's X (`input`) or dY into `buffer`, completing on `bar`; or both into L2 alone (prefetch).
+  // Step s's X (`input`) or dY into `buffer`, completing on `bar`.
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* buffer,
                         uint64_t* bar, int s, bool input) const {
     boxes(work, walk, s, input ? C::side_panels : 0, input ? 0 : C::side_panels, C::panel_channels,
           [&](bool grad, int panel, int q, int c0, int c1, int c2, int c3) {
             tma_load_4d(buffer + panel * C::panel_elems + q * images * C::panel_channels,
                         grad ? &args.grad_map : &args.input_map, bar, c0, c1, c2, c3);
-          });
-  }
-  __device__ void prefetch(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, int s) const {
-    boxes(work, walk, s, C::side_panels, C::side_panels, C::panel_channels,
-          [&](bool grad, int, int, int c0, int c1, int c2, int c3) {
-            tma_prefetch_4d(grad ? &args.grad_map : &args.input_map, c0, c1, c2, c3);
           });
   }
 };
@@ -101,26 +92,28 @@ struct Tf32Tile {
         plan(args.problem, work, walk) {}
 };
 
-// The producer's transpose of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
-// blocks, their lanes and its host check).
-__device__ __forceinline__ void tf32_store16(float* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(p)), "r"(a), "r"(b), "r"(c),
-               "r"(d)
-               : "memory");
-}
+// The transposers' move of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
+// blocks, their pieces and its host check); `thread` of kTf32TransposeThreads.
 __device__ __forceinline__ void tf32_transpose(const float* raw, float* kmajor, int thread) {
-#pragma unroll 1
-  for (int it = 0; it < 4; ++it) {
+  const uint32_t raw_base = shared_address(raw), kmajor_base = shared_address(kmajor);
+#pragma unroll
+  for (int it = 0; it < kTf32TransposeIts; ++it) {
     const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
+    const int first_raw = tf32_block_raw(b), first_kmajor = tf32_block_kmajor(b);
+    uint32_t v[4][4];  // v[r][e]: unit 4 ug + r, channel 4 cg + e
 #pragma unroll
-    for (int step = 0; step < 4; ++step) {  // one channel at a time: four values within 24 registers
-      const int e = tf32_transpose_channel(thread, step);
-      float v[4];
+    for (int r = 0; r < 4; ++r)
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v[r][0]), "=r"(v[r][1]), "=r"(v[r][2]), "=r"(v[r][3])
+                   : "r"(raw_base + 4 * tf32_block_piece(first_raw, r))
+                   : "memory");
 #pragma unroll
-      for (int r = 0; r < 4; ++r) v[r] = raw[tf32_raw_index(4 * b.ug + r, 4 * b.cg + e)];
-      tf32_store16(kmajor + tf32_kmajor_index(4 * b.cg + e, 4 * b.ug), tf32_bits(v[0]), tf32_bits(v[1]),
-                   tf32_bits(v[2]), tf32_bits(v[3]));
-    }
+    for (int e = 0; e < 4; ++e)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(kmajor_base +
+                                                                      4 * tf32_block_piece(first_kmajor, e)),
+                   "r"(tf32_bits(__uint_as_float(v[0][e]))), "r"(tf32_bits(__uint_as_float(v[1][e]))),
+                   "r"(tf32_bits(__uint_as_float(v[2][e]))), "r"(tf32_bits(__uint_as_float(v[3][e])))
+                   : "memory");
   }
 }
 
@@ -180,8 +173,11 @@ struct Tf32TapRunsGemm {
   // Step g of the block (its K-major buffer g % kmajor_stages), dY from `grad`, two positions. A tile of
   // fewer taps than T (a row's last, or a balanced cut) multiplies all T and drops the rest at its output:
   // one instance per tap count as well (the 16-bit tile's) left ptxas short of registers for the
-  // register-operand MMAs (it serialised them).
-  __device__ void run(const float* grad, const float* kmajor, int g) {
+  // register-operand MMAs (it serialised them). `previous_done()` runs once the step before's MMAs are done
+  // (at the second group's wait), so that the producer may transpose into the buffer they read while this
+  // step's MMAs run: released after the step, the ring of three left each transpose's time exposed.
+  template <class PreviousDone>
+  __device__ void run(const float* grad, const float* kmajor, int g, const PreviousDone& previous_done) {
     constexpr int Positions = kTapRunUnits / C::max_images;
     const uint64_t base = tf32_kmajor_descriptor(kmajor);
     static_for<0, 8>([&](auto slice_constant) {
@@ -189,6 +185,7 @@ struct Tf32TapRunsGemm {
       wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < 4; ++r) pin_register(a[h][r]);
+      if constexpr (slice == 1) previous_done();
 #pragma unroll
       for (int r = 0; r < 4; ++r) a[h][r] = tf32_bits(grad[fragment[r] + 256 * slice]);
       wgmma_fence();
@@ -213,12 +210,13 @@ struct Tf32TapRunsGemm {
   }
 };
 
-// The persistent block on TF32 (wgmma_persistent.cuh's structure): the producer warpgroup's thread 0 issues
-// the boxes, all its 128 threads transpose each step's X into the K-major ring; the two consumer warpgroups
-// load dY's fragments and run the MMAs, and write each tile's output as the 16-bit block does. The producer
-// walks the block's steps g across its tiles with the step after (the copies it issues while at g): X of
-// g + 1 into the raw buffer that step g - 1's transpose freed, before g's transpose, and dY of g + 1 after
-// it, once the consumers have let go of g - 1's (so that a producer waiting there has g's transpose done).
+// The persistent block on TF32 (wgmma_persistent.cuh's structure), its producer warpgroup in three roles:
+// warp 0's thread 0 issues every step's boxes (X into a raw X buffer, dY into a raw dY buffer), warps 1 and
+// 2 transpose each step's X into the K-major ring, warp 3 leaves. The two consumer warpgroups load dY's
+// fragments and run the MMAs, and write each tile's output as the 16-bit block does. All walk the block's
+// steps g across its tiles (BlockStepCursor). (With every producer thread transposing and thread 0 issuing
+// between transposes, a warp of issue held the transposes of each step, and the consumers waited for X about
+// half their time: stall samples, 3x3 32:56:256, thirty-eighth stop.)
 template <class C, bool Shares>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
@@ -233,17 +231,22 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   uint64_t* grad_full = reinterpret_cast<uint64_t*>(base + C::barrier_offset);
   uint64_t* grad_empty = grad_full + C::grad_stages;
   uint64_t* input_full = grad_empty + C::grad_stages;
-  uint64_t* kmajor_full = input_full + C::input_stages;
+  uint64_t* input_empty = input_full + C::input_stages;
+  uint64_t* kmajor_full = input_empty + C::input_stages;
   uint64_t* kmajor_empty = kmajor_full + C::kmajor_stages;
-  constexpr int consumer_warps = kConsumerThreads / 32;
+  constexpr int consumer_warps = kConsumerThreads / 32, transposer_warps = kTf32TransposeThreads / 32;
+  static_assert(32 + kTf32TransposeThreads <= kProducerThreads, "the issuer's warp and the transposers");
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::grad_stages; ++s) {
-      mbarrier_init(grad_full + s, 1);  // thread 0's arrival, with the copies' bytes
+      mbarrier_init(grad_full + s, 1);  // the issuer's arrival, with the copies' bytes
       mbarrier_init(grad_empty + s, consumer_warps);
     }
-    for (int s = 0; s < C::input_stages; ++s) mbarrier_init(input_full + s, 1);
+    for (int s = 0; s < C::input_stages; ++s) {
+      mbarrier_init(input_full + s, 1);
+      mbarrier_init(input_empty + s, transposer_warps);
+    }
     for (int s = 0; s < C::kmajor_stages; ++s) {
-      mbarrier_init(kmajor_full + s, 1);  // thread 0's, after the producer's barrier
+      mbarrier_init(kmajor_full + s, transposer_warps);
       mbarrier_init(kmajor_empty + s, consumer_warps);
     }
     mbarrier_init_fence();
@@ -255,7 +258,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
 
   if (threadIdx.x < kProducerThreads) {
     lower_registers<40>();  // 128 x 40 + 256 x 232: the 384 x 168 registers the block was launched with
-    const bool issuer = threadIdx.x == 0;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if ((warp == 0 && lane != 0) || warp > transposer_warps) return;
     const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
     const auto piece_after = [&](TapRunPieces& pieces, TilePiece* piece) {
       return next_piece<C, Shares>(args, scheduler, pieces, piece);
@@ -263,49 +267,36 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     BlockStepCursor step;  // the step g (winrs/tap_runs.h: pieces without steps passed over)
     step.pieces = persistent_pieces<C, Shares>(args, scheduler);
     step.seek(piece_after, steps_of);
-    if (!step.valid) return;
-    // Thread 0: step g's X (with an L2 prefetch of the tile's step prefetch_steps ahead) or its dY, from the
-    // tile of the last copies (built again when the walk moves on: its divisions are on the transpose's
-    // path).
-    Tf32Tile<C> tile(args, scheduler, step.piece.tile);
-    const auto issue = [&](long long index, int s, int g, bool input) {
-      if (index != tile.index) tile = Tf32Tile<C>(args, scheduler, index);
-      if (input) {
-        const int slot = g % C::input_stages;
-        mbarrier_arrive_expect(input_full + slot, uint32_t(C::side_bytes));
-        tile.plan.issue(args, tile.work, tile.walk, inputs + slot * C::side_elems, input_full + slot, s,
+    if (warp == 0) {  // the issuer: step g's X once its raw buffer's step g - 2 is transposed, and its dY
+      if (!step.valid) return;
+      Tf32Tile<C> tile(args, scheduler, step.piece.tile);
+      for (int g = 0; step.valid; ++g, step.advance(piece_after, steps_of)) {
+        if (step.piece.tile != tile.index) tile = Tf32Tile<C>(args, scheduler, step.piece.tile);
+        const int is = g % C::input_stages, gs = g % C::grad_stages;
+        if (g >= C::input_stages) mbarrier_wait(input_empty + is, (g / C::input_stages - 1) & 1);
+        mbarrier_arrive_expect(input_full + is, uint32_t(C::side_bytes));
+        tile.plan.issue(args, tile.work, tile.walk, inputs + is * C::side_elems, input_full + is, step.s,
                         true);
-        if (args.prefetch_steps > 0 && s + args.prefetch_steps < tile.plan.steps)
-          tile.plan.prefetch(args, tile.work, tile.walk, s + args.prefetch_steps);
-      } else {
-        const int slot = g % C::grad_stages;
-        if (g >= C::grad_stages) mbarrier_wait(grad_empty + slot, (g / C::grad_stages - 1) & 1);
-        mbarrier_arrive_expect(grad_full + slot, tile.plan.grad_bytes(s));
-        tile.plan.issue(args, tile.work, tile.walk, grads + slot * C::side_elems, grad_full + slot, s, false);
+        if (g >= C::grad_stages) mbarrier_wait(grad_empty + gs, (g / C::grad_stages - 1) & 1);
+        mbarrier_arrive_expect(grad_full + gs, tile.plan.grad_bytes(step.s));
+        tile.plan.issue(args, tile.work, tile.walk, grads + gs * C::side_elems, grad_full + gs, step.s,
+                        false);
       }
-    };
-    if (issuer) {
-      issue(step.piece.tile, step.s, 0, true);
-      issue(step.piece.tile, step.s, 0, false);
+      return;
     }
-    for (int g = 0;; ++g) {
-      BlockStepCursor next = step;  // the step after g
-      next.advance(piece_after, steps_of);
-      const bool more = next.valid;
-      if (issuer && more) issue(next.piece.tile, next.s, g + 1, true);
+    for (int g = 0; step.valid; ++g, step.advance(piece_after, steps_of)) {  // the transposers
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
       if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
-      tf32_transpose(inputs + is * C::side_elems, kmajors + ks * C::side_elems, threadIdx.x);
+      tf32_transpose(inputs + is * C::side_elems, kmajors + ks * C::side_elems, threadIdx.x - 32);
       fence_async_proxy();  // the transposed X visible to the MMAs (async proxy)
-      asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // and the raw X read
-      if (issuer) {
+      __syncwarp();         // every lane's loads and stores before lane 0's arrivals
+      if (lane == 0) {
+        mbarrier_arrive(input_empty + is);
         mbarrier_arrive(kmajor_full + ks);
-        if (more) issue(next.piece.tile, next.s, g + 1, false);
       }
-      if (!more) return;
-      step = next;
     }
+    return;
   }
 
   const Problem& p = args.problem;
@@ -330,7 +321,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
       mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
       if (plan.computes(s) && s >= piece.compute_from && !idle) {
-        gemm.run(grads + gs * C::side_elems, kmajors, g);
+        gemm.run(grads + gs * C::side_elems, kmajors, g, [&] { release_through(g - 1 - plan.reach); });
       } else {
         wgmma_fence();
         wgmma_commit();  // an empty group keeps the count uniform
@@ -373,14 +364,6 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
   return true;
 }
 
-// How many steps ahead the TF32 tiles fetch boxes into L2: WINRS_JAX_TF32_PREFETCH (an experiment's switch),
-// else kTf32PrefetchSteps.
-inline constexpr int kTf32PrefetchSteps = 0;
-inline int tf32_prefetch_steps() {
-  const char* value = std::getenv("WINRS_JAX_TF32_PREFETCH");
-  return value && value[0] ? std::max(std::atoi(value), 0) : kTf32PrefetchSteps;
-}
-
 // Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's
 // sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, a batch of whole boxes
 // of 32 images, channels in 16-byte pieces. (The launch asks it before it cuts a row's last column off; a
@@ -405,7 +388,6 @@ bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* r
   const int taps = persistent_taps(p, args.grid, args.kernel, kTf32Images);
   if (taps != 2 && taps != 3) return false;
   OmegaArgs mapped = args;
-  mapped.prefetch_steps = tf32_prefetch_steps();
   if (!encode_tf32_pixel_boxes(&mapped.grad_map, args.out_grad, p.batch, p.out_h, p.out_w, p.out_c,
                                kTf32Images) ||
       !encode_tf32_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, kTf32Images))

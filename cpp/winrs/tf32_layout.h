@@ -4,6 +4,8 @@
 // 128 channels a side, float32.
 #pragma once
 
+#include <algorithm>
+
 #include "config.h"
 
 namespace winrs {
@@ -30,55 +32,60 @@ WINRS_HD constexpr int tf32_fragment_offset(int row, int lane, int r) {
   return tf32_raw_index(lane % 4 + 4 * (r / 2), row + 8 * (r % 2));
 }
 
-// The producer's transpose (raw X into a K-major buffer) by 128 threads: 4 x 4 blocks of units x channels,
-// each read by sixteen 4-byte loads and written by four 16-byte stores. Thread `thread`'s block of iteration
-// `it` (of 4) has channel group cg (of 32) and unit group ug (of 16), the eight lanes of a quarter warp on a
-// diagonal (ug = cg + d modulo 8); its `step`-th channel (of 4) starts at the quarter's own. So neither side
-// meets a bank conflict (tf32_transpose_faults).
+// The producer's transpose (raw X into a K-major buffer) by kTf32TransposeThreads threads: 4 x 4 blocks of
+// units x channels, each read by four 16-byte loads (a unit's four channels) and written by four 16-byte
+// stores (a channel's four units), so that the block's transpose is the order of its registers. Thread
+// `thread`'s block of iteration `it` (of kTf32TransposeIts) has channel group cg (of 32) and unit group ug
+// (of 16), the eight lanes of a quarter warp (one pass of 16-byte accesses) on a diagonal (ug = cg + d modulo
+// 8), so that neither side meets a bank conflict (tf32_transpose_faults). (Scalar loads and 16-byte stores by
+// 128 threads ran about 12 instructions a value, on the producer's critical path: stall samples,
+// thirty-eighth stop.)
+inline constexpr int kTf32TransposeThreads = 64, kTf32TransposeIts = 512 / kTf32TransposeThreads;
 struct Tf32TransposeBlock {
   int cg, ug;
 };
 WINRS_HD constexpr Tf32TransposeBlock tf32_transpose_block(int thread, int it) {
-  const int i = thread % 8, flat = thread / 8 * 4 + it, d = flat % 8;
+  const int i = thread % 8, flat = thread / 8 * kTf32TransposeIts + it, d = flat % 8;
   return {8 * (flat / 16) + i, 8 * (flat / 8 % 2) + (i + d) % 8};
 }
-WINRS_HD constexpr int tf32_transpose_channel(int thread, int step) { return (step + thread % 32 / 8) % 4; }
+// A block's load r (its unit 4 ug + r, channels 4 cg ..) and store e (its channel 4 cg + e, units 4 ug ..)
+// from the first of each: the swizzles' XOR reaches the piece's low two bits alone (tf32_transpose_faults
+// checks them against tf32_raw_index and tf32_kmajor_index).
+WINRS_HD constexpr int tf32_block_raw(const Tf32TransposeBlock& b) {
+  return tf32_raw_index(4 * b.ug, 4 * b.cg);
+}
+WINRS_HD constexpr int tf32_block_kmajor(const Tf32TransposeBlock& b) {
+  return tf32_kmajor_index(4 * b.cg, 4 * b.ug);
+}
+WINRS_HD constexpr int tf32_block_piece(int first, int r) { return (first ^ 4 * r) + 32 * r; }
 
-// Host: the transpose's worst bank conflict (words of one bank in one pass: 32 lanes for the 4-byte loads, 8
-// for the 16-byte stores; 1 when there is none) and the raw elements it does not read exactly once.
+// Host: the transpose's worst bank conflict (16-byte pieces of one bank group in one pass of eight lanes; 1
+// when there is none) and the elements it does not move exactly once to their place.
 struct Tf32TransposeFaults {
   int worst_ways, missed;
 };
 inline Tf32TransposeFaults tf32_transpose_faults() {
-  int worst = 1, seen[kTf32SideElems] = {};
-  for (int warp = 0; warp < 4; ++warp)
-    for (int it = 0; it < 4; ++it)
-      for (int step = 0; step < 4; ++step) {
-        for (int r = 0; r < 4; ++r) {
-          int words[32][32] = {}, count[32] = {};  // per bank, the distinct words a pass reads
-          for (int lane = 0; lane < 32; ++lane) {
-            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
-            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
-            const int word = tf32_raw_index(4 * b.ug + r, 4 * b.cg + e), bank = word % 32;
-            ++seen[word];
-            bool again = false;
-            for (int c = 0; c < count[bank]; ++c) again |= words[bank][c] == word;
-            if (!again) words[bank][count[bank]++] = word;
-            worst = count[bank] > worst ? count[bank] : worst;
-          }
-        }
-        for (int pass = 0; pass < 4; ++pass) {
-          int count[32] = {};
-          for (int lane = 8 * pass; lane < 8 * pass + 8; ++lane) {
-            const int thread = 32 * warp + lane, e = tf32_transpose_channel(thread, step);
-            const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
-            const int word = tf32_kmajor_index(4 * b.cg + e, 4 * b.ug);
-            for (int w = word; w < word + 4; ++w) worst = ++count[w % 32] > worst ? count[w % 32] : worst;
+  int worst = 1, read[kTf32SideElems] = {}, written[kTf32SideElems] = {}, misplaced = 0;
+  for (int pass = 0; pass < kTf32TransposeThreads / 8; ++pass)
+    for (int it = 0; it < kTf32TransposeIts; ++it)
+      for (int r = 0; r < 4; ++r) {
+        int loads[8] = {}, stores[8] = {};  // per bank group (16 bytes of the 128 a pass covers)
+        for (int lane = 8 * pass; lane < 8 * pass + 8; ++lane) {
+          const Tf32TransposeBlock b = tf32_transpose_block(lane, it);
+          const int load = tf32_block_piece(tf32_block_raw(b), r);
+          const int store = tf32_block_piece(tf32_block_kmajor(b), r);
+          worst = std::max({worst, ++loads[load / 4 % 8], ++stores[store / 4 % 8]});
+          for (int e = 0; e < 4; ++e) {  // value e of load r: unit 4 ug + r, channel 4 cg + e; store e's r-th
+            ++read[load + e];
+            ++written[tf32_block_piece(tf32_block_kmajor(b), e) + r];
+            misplaced += load + e != tf32_raw_index(4 * b.ug + r, 4 * b.cg + e) ||
+                         tf32_block_piece(tf32_block_kmajor(b), e) + r !=
+                             tf32_kmajor_index(4 * b.cg + e, 4 * b.ug + r);
           }
         }
       }
-  int missed = 0;
-  for (int v : seen) missed += v != 1;
+  int missed = misplaced;
+  for (int e = 0; e < kTf32SideElems; ++e) missed += (read[e] != 1) + (written[e] != 1);
   return {worst, missed};
 }
 
