@@ -13,7 +13,7 @@ from test_grouped import TENSOR_CORE_CASES
 from test_grouped import _reference as grouped_reference
 
 import winrs_jax
-from winrs_jax import _ffi
+from winrs_jax import _ffi, _winrs
 from winrs_jax.planner import PATH_DTYPES, PATHS
 
 pytestmark = pytest.mark.gpu
@@ -269,7 +269,7 @@ def test_tf32_rounds_ties_to_even_on_the_gpu(in_c):
 
 
 # The persistent block's T-tap tiles (cuda/wgmma_persistent.cuh) in 16 bits and on TF32 (cuda/wgmma_tf32_taps.cuh,
-# WINRS_JAX_TF32_TAPS=1 while a draft), as tap_run_grid cuts them and in equal shares of the steps
+# on unless WINRS_JAX_TF32_TAPS=0), as tap_run_grid cuts them and in equal shares of the steps
 # (WINRS_JAX_TAP_SHARES=1, winrs/tap_runs.h): batches of 32, 64 and 128, three and two taps (5 = 3 + 2, 2), rows
 # of an odd width with their last column apart, channels past a block's panels, and rows of two (a filter
 # row's tiles without steps), on all SMs and on 3 blocks walking many tiles. (tools/kernel_check.cu asserts
@@ -302,6 +302,25 @@ def test_tap_tiles_match_the_cpu(layer, path, shares, blocks, rng, monkeypatch):
     cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path=path)
     rtol = 1e-4 if path == "tf32" else 2.0**-7
     np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=1e-5 * np.abs(cpu).max())
+
+
+def test_tf32_plans_take_the_tiles_on_hopper(rng, monkeypatch):
+    """On an sm_90 GPU a float32 layer at DEFAULT precision where the TF32 tiles fit and beat the Winograd kernels
+    plans them by default (planner.py, default_tf32_tiles) and runs them: within TF32's error of the float64
+    reference, as the direct kernel on mma.sync with them off."""
+    if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
+        pytest.skip("the TF32 tiles run on sm_90 with the sm_90a kernels built")
+    x_shape, dy_shape = (32, 14, 16, 128), (32, 14, 16, 128)
+    x, dy = _inputs(rng, "tf32", x_shape, dy_shape)
+    plan = winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.float32), jax.ShapeDtypeStruct((3, 3, 128, 128),
+                          jnp.float32), (1, 1), ((1, 1), (1, 1)), dimension_numbers=DN,
+                          options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
+    assert plan.tf32_tiles and plan.path == "tf32", str(plan)
+    ref = _reference(x, dy, (3, 3), (1, 1, 1, 1))
+    tiles = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs")
+    monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "0")  # read by the planner and at each launch
+    direct = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", kernels=(0, 0))
+    assert mare(tiles, ref) <= 1.5 * mare(direct, ref) + 1e-7, (mare(tiles, ref), mare(direct, ref))
 
 
 def test_stacked_problems_beyond_one_launch(rng):

@@ -1,5 +1,6 @@
 """Planner properties (paper section 4): kernel pair, segment count and shape, workspace."""
 
+import functools
 import itertools
 import types
 
@@ -7,9 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import reference_filter_grad
 
 import winrs_jax
-from winrs_jax import _winrs
+from winrs_jax import _winrs, planner
 from winrs_jax.planner import ACCURACY_BUDGET, PlannerOptions, plan_canonical
 
 VARIANTS = winrs_jax.variants()
@@ -215,6 +217,58 @@ def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filt
         assert plan.segment_shape[1] < plan.out_grad_hw[1] // 2, plan.segment_shape
         # In 16 bits the text says what Hopper's launch may run instead (cuda/wgmma_persistent.cuh).
         assert ("tiles of 3 filter columns" in str(plan)) == (path == "bf16"), str(plan)
+
+
+@pytest.mark.parametrize(
+    "batch, size, in_c, out_c, filter_w, options, taken",
+    [(32, 56, 256, 256, 3, {}, True), (32, 14, 1024, 1024, 3, {}, True), (128, 28, 96, 128, 5, {}, True),
+     (32, 64, 256, 256, 4, {}, True),
+     (32, 56, 64, 64, 3, {}, False),  # a tile of 128 channels on 64: a sixteenth used, Winograd's rate wins
+     (16, 64, 128, 128, 3, {}, False),  # not whole boxes of 32 images
+     (128, 7, 512, 512, 3, {}, False),  # rows too short for 3-tap runs (tap_runs.h, tap_runs_fit)
+     (32, 56, 256, 256, 3, {"deterministic": True}, False),  # the tiles add their segments atomically
+     (32, 56, 256, 256, 3, {"kernels": (4, 4)}, False)],  # forced kernels stay forced
+)  # fmt: skip
+def test_tf32_tiles_take_the_direct_kernel_where_they_fit(batch, size, in_c, out_c, filter_w, options, taken):
+    """Where Hopper's TF32 tiles fit (cpp/winrs/tap_runs.h, tf32_tap_tiles_fit) and their rate makes them faster
+    than the planner's Winograd kernels, a TF32 plan forces the direct kernel, which they then run, with their
+    predicted time; elsewhere, without them (a GPU other than Hopper's) and on the other float32 paths, the
+    planner's kernels stay."""
+    pads = (1, 1, filter_w // 2, filter_w // 2)
+    shape = (batch, (size, size), in_c, out_c, (3, filter_w), pads)
+    without = plan_canonical(*shape, "tf32", "tf32", PlannerOptions(sm_count=132, tf32_tiles=False, **options))
+    plan = plan_canonical(*shape, "tf32", "tf32", PlannerOptions(sm_count=132, tf32_tiles=True, **options))
+    assert plan.tf32_tiles == taken and ("TF32 tiles" in str(plan)) == taken, str(plan)
+    assert not without.tf32_tiles and "TF32 tiles" not in str(without)
+    if taken:
+        assert [k.index for k in without.kernels] != [0], "the planner's own choice is Winograd here"
+        assert [k.index for k in plan.kernels] == [0] and plan.forced_kernels == (0, 0)
+        out_hw = plan.out_grad_hw
+        assert plan.predicted_seconds == planner.tf32_tiles_seconds(batch, out_hw, in_c, out_c, (3, filter_w))
+        assert plan.predicted_seconds < without.predicted_seconds
+    else:
+        assert plan == without
+    for path, reference in (("tf32x3", "fp32"), ("fp32", "fp32")):
+        other = plan_canonical(*shape, path, reference, PlannerOptions(sm_count=132, tf32_tiles=True, **options))
+        assert not other.tf32_tiles
+
+
+def test_tf32_tiles_plan_runs_through_the_handler(rng):
+    """A plan that the TF32 tiles take forces the direct kernel in its attributes, so that the handler plans the
+    same again; on the CPU it runs the direct kernel with the TF32 rounding (the tiles' own check against it is
+    tests/test_gpu.py, test_tap_tiles_match_the_cpu)."""
+    x = rng.standard_normal((32, 6, 20, 128)).astype(np.float32)
+    dy = rng.standard_normal((32, 6, 20, 128)).astype(np.float32)
+    options = PlannerOptions(tf32_tiles=True, path="tf32", mode="winrs", sm_count=132)
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 128, 128), window_strides=(1, 1),
+                           padding=((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))  # fmt: skip
+    plan = winrs_jax.plan(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((3, 3, 128, 128), x.dtype),
+                          (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)
+    assert plan.tf32_tiles, str(plan)
+    dw = np.asarray(jax.jit(functools.partial(fn, options=options))(x, dy), np.float64)
+    ref = reference_filter_grad(x.astype(np.float64), dy.astype(np.float64), (3, 3), (1, 1, 1, 1))
+    ref = ref.transpose(1, 2, 3, 0)  # OHWI -> HWIO
+    assert np.linalg.norm(dw - ref) / np.linalg.norm(ref) < 2e-3  # TF32 operands (2^-11 each), float32 sums
 
 
 @pytest.mark.parametrize(

@@ -47,8 +47,8 @@ for stage in "$@"; do
         || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tap-shares.log" | cut -c1-100)"
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-shares.log" | tail -30 ;;
     kcheck-tf32)
-      # DRAFT: the TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor (kernel_check
-      # asserts that its TF32 cases launched them), then under memcheck. Time-limited and line-buffered: a
+      # The TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor (kernel_check asserts that
+      # its TF32 cases launched them), then under memcheck; and with them off, the direct kernel on mma.sync. Time-limited and line-buffered: a
       # kernel that waits for ever names its case and leaves the call's time to the next stages.
       WINRS_JAX_TF32_TAPS=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1 \
         || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tf32-taps.log" | cut -c1-100)"
@@ -59,7 +59,9 @@ for stage in "$@"; do
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-shares.log" | tail -30
       WINRS_JAX_TF32_TAPS=1 timeout 150 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 \
         >"$OUT/sanitizer-tf32-taps.log" 2>&1
-      grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log" ;;
+      grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log"
+      WINRS_JAX_TF32_TAPS=0 timeout 90 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-mma.log" 2>&1
+      grep -E "FAILED|failures" "$OUT/kernel-check-tf32-mma.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \

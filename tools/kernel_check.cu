@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     // (tap_run_even_split); on rows of 13 (too short once split), one tap. Again with 3 blocks
     // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
     // and their boundaries.
-    // (TF32 too where WINRS_JAX_TF32_TAPS=1: the draft tiles of wgmma_tf32_taps.cuh, not yet run on a GPU.)
+    // (TF32 too, unless WINRS_JAX_TF32_TAPS=0: the tiles of wgmma_tf32_taps.cuh.)
     const bool tf32_tiles =
         static_cast<winrs::Path>(path) == winrs::Path::kTf32 && winrs::cuda::tf32_taps_enabled();
     for (const char* blocks : {"", "3"}) {

@@ -1,5 +1,5 @@
-// DRAFT, off unless WINRS_JAX_TF32_TAPS=1: the persistent block's T-tap tiles for TF32,
-// float32 at the default precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
+// The persistent block's T-tap tiles for TF32 (on unless WINRS_JAX_TF32_TAPS=0), float32 at the default
+// precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
 // docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major only, and X and dY
 // are channel-major, so the 16-bit tile's form (both operands from shared memory, wgmma_wide_n.cuh) does not
 // carry over:
@@ -350,8 +350,9 @@ inline bool encode_tf32_pixel_boxes(CUtensorMap* map, const void* base, long lon
 // Launches of the TF32 tiles in this process (tools/kernel_check.cu asserts that its TF32 cases ran them).
 inline std::atomic<long long> tf32_taps_launches{0};
 
-// Whether the TF32 tiles are switched on (WINRS_JAX_TF32_TAPS=1: this draft runs only where asked for).
-inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") == '1'; }
+// Whether the TF32 tiles are switched on: unless WINRS_JAX_TF32_TAPS=0 (the direct kernel on mma.sync, to
+// compare them; the planner reads the same switch, planner.py).
+inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") != '0'; }
 
 // Launches the TF32 T-tap tiles of T taps on the maps (launch_persistent_block); counts the launches.
 template <int Taps>
@@ -365,15 +366,15 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
 }
 
 // Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's
-// sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, a batch of whole boxes
-// of 32 images, channels in 16-byte pieces. (The launch asks it before it cuts a row's last column off; a
+// sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, and their data
+// (winrs/tap_runs.h, tf32_tap_tile_data). (The launch asks it before it cuts a row's last column off; a
 // template, as launch_tf32_taps.)
 template <Path P>
 bool tf32_taps_may_launch(const OmegaArgs& args) {
   static_assert(P == Path::kTf32);
   const Problem& p = args.problem;
   return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
-         p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0 &&
+         tf32_tap_tile_data(p) &&
          loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>, false>));
 }
 

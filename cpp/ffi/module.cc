@@ -13,6 +13,7 @@
 #include "winrs/numeric.h"
 #include "winrs/operator.h"
 #include "winrs/paths.h"
+#include "winrs/tap_runs.h"
 #include "winrs/tile.h"
 #include "winrs/transforms.h"
 #include "winrs/variants.h"
@@ -66,6 +67,12 @@ void check_variant(int v) {
 NB_MODULE(_winrs, m) {
   // The reference H100's opt-in shared memory per block, which plans assume unless told another GPU's.
   m.attr("hopper_smem_per_block") = winrs::kHopperSmemPerBlock;
+  // Whether the CUDA kernels were built for sm_90a (Hopper's wgmma kernels, CMakeLists.txt).
+#ifdef WINRS_WGMMA_BUILT
+  m.attr("wgmma_built") = true;
+#else
+  m.attr("wgmma_built") = false;
+#endif
   m.def("cpu_targets", [] {
     nb::dict d;
     d[winrs::ffi_glue::kTarget] = capsule_of(WinrsBackwardFilterCpu);
@@ -198,6 +205,11 @@ NB_MODULE(_winrs, m) {
         d["work_tile"] = nb::make_tuple(tile.columns, tile.block_oc, tile.block_ic, tile.rows);
         // Whether a 3D layer of this 2D problem may read X in place (winrs_backward_filter_3d).
         d["reads_depth_in_place"] = winrs::reads_depth_in_place(op.problem, plan);
+        // Whether Hopper's TF32 T-tap tiles would take this plan (winrs/tap_runs.h): the direct kernel alone
+        // on the TF32 path.
+        d["tf32_tap_tiles"] = plan.supported && plan.path == winrs::Path::kTf32 && plan.variant0 == 0 &&
+                              plan.variant1 == 0 &&
+                              winrs::tf32_tap_tiles_fit(op.problem, plan.grid, problems);
         return d;
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),

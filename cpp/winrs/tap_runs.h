@@ -21,6 +21,7 @@
 #include "problem.h"
 #include "schedule.h"
 #include "segments.h"
+#include "tf32_layout.h"
 
 namespace winrs {
 
@@ -327,6 +328,23 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
       !(tap_run_ends_in_one_tap(int(p.filter_w), taps) && !rules.balanced))
     split.width0 = grid.out_w - 1;
   return tap_runs_fit(p, split, 0, taps, rules) ? split : grid;
+}
+
+// The layers whose data the TF32 T-tap tiles take (cuda/wgmma_tf32_taps.cuh): batches of whole boxes of 32
+// images, channels in 16-byte pieces. Their launch asks it beside what only it knows (the switch, the sm_90a
+// code loaded, the buffers' alignment).
+WINRS_HD inline bool tf32_tap_tile_data(const Problem& p) {
+  return p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0;
+}
+// Whether the TF32 T-tap tiles take a plan on the direct kernel alone (its grid `grid`, `problems` stacked
+// problems) as its launch would, under the shipped rules: one problem and one image part, and T-tap rows on
+// the grid that the launch splits (tap_run_even_split, tap_runs_fit: atomic sums, long enough rows). The
+// planner weighs them by their own rate where they do (planner.py, TF32_TAP_TILES_TFLOPS).
+inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int problems) {
+  const TapRunRules rules{true, true, kTf32Images};
+  const int taps = tap_run_taps(int(p.filter_w));
+  return problems == 1 && grid.image_parts == 1 && tf32_tap_tile_data(p) &&
+         tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
 }
 
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts

@@ -665,6 +665,8 @@ def layer_key(plan: Plan, layer: Layer) -> str:
             **({"odd_rows_split": True}
                if tap_runs and plan.batch == 32 and plan.out_grad_hw[1] % 2 == 1
                and plan.out_grad_hw[1] >= (17 if plan.filter_hw[1] % 3 == 1 else 15) else {}),
+            # Hopper's TF32 tiles on the direct kernel's plan (before the thirty-eighth stop, the planner's kernels).
+            **({"tf32_tiles": True} if plan.tf32_tiles else {}),
             # Strides read in place by the filter-row tile (before, DWM's pieces on copies: older keys kept).
             **({"strides_in_place": True} if plan.strides != (1, 1) and not plan.phases and plan.method == "winrs"
                else {}),

@@ -115,6 +115,10 @@ class PlannerOptions:
     path: force the arithmetic path, one of PATHS that the dtype allows: "fp32", "tf32x3" or "tf32" for
         float32, "bf16" for bfloat16, "fp16" for float16. By default float32 follows `precision` as XLA does on
         the platform (see resolve_paths).
+    tf32_tiles: whether float32 layers at the default precision may run Hopper's TF32 tiles (the direct kernel
+        as a persistent kernel on wgmma, 3 filter columns of 128 x 128 channels a tile), which the planner
+        picks where they fit and its rates say they are faster than the Winograd kernels. By default (None):
+        on an sm_90 GPU with the package's sm_90a kernels built, unless $WINRS_JAX_TF32_TAPS is 0.
     """
 
     sm_count: int | None = None
@@ -125,6 +129,7 @@ class PlannerOptions:
     kernels: tuple[int, int] | None = None
     path: str | None = None
     mode: str | None = None
+    tf32_tiles: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("segments", "buckets", "sm_count", "smem_per_block"):
@@ -157,6 +162,8 @@ class PlannerOptions:
             raise ValueError(f"PlannerOptions.mode must be one of {MODES} or None, got {self.mode!r}")
         if self.path is not None and self.path not in PATHS:
             raise ValueError(f"PlannerOptions.path must be one of {PATHS} or None, got {self.path!r}")
+        if self.tf32_tiles is not None and not isinstance(self.tf32_tiles, bool):
+            raise ValueError(f"PlannerOptions.tf32_tiles must be True, False or None, got {self.tf32_tiles!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +214,8 @@ class Plan:
     # Kernel 0's work tile on the GPU, one thread block: (filter columns, output channels, input channels, filter
     # rows).
     work_tile: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # Hopper's TF32 tiles run the direct kernel (forced_kernels (0, 0), PlannerOptions.tf32_tiles).
+    tf32_tiles: bool = False
     # Whether the kernels of this 2D problem can read a 3D layer's X by depth slice, in place (the direct
     # kernel's filter-row and filter-window tiles on tensor cores; cpp/winrs/operator.h).
     reads_depth_in_place: bool = False
@@ -432,6 +441,11 @@ class Plan:
                 "where the sums are atomic and rows long, or of 1 column of 128 x 256 where the input channels "
                 "fill pairs of 128)"
             )
+        if self.tf32_tiles:
+            text += (
+                " (on Hopper a persistent kernel takes it instead, TF32 tiles of 3 filter columns (2 for filters "
+                "two wide) of 128 x 128 channels on wgmma, on segments of its own where the sums are atomic)"
+            )
         return text
 
     def _depth_text(self) -> str:
@@ -590,6 +604,29 @@ def default_smem_per_block() -> int:
     if capability is None:
         return REFERENCE_SMEM_PER_BLOCK
     return _SMEM_PER_BLOCK.get(str(capability), _LEAST_SMEM_PER_BLOCK)
+
+
+# The TF32 tiles' throughput in direct-convolution TFLOP/s where a tile's 128 x 128 channels are all the
+# layer's: 228-328 on the paper suite's layers where they fit (H200, thirty-eighth stop; docs/benchmarks.md),
+# taken near its low end. Channels past the layer's (a tile of 128 on 64) are computed and dropped: the rate
+# scales by the share used.
+TF32_TAP_TILES_TFLOPS = 240.0
+
+
+def default_tf32_tiles() -> bool:
+    """Whether the first visible GPU runs the TF32 tiles: compute capability 9.0 with the package's sm_90a kernels
+    built, unless $WINRS_JAX_TF32_TAPS is 0 (the kernels' launch reads the same switch)."""
+    if os.environ.get("WINRS_JAX_TF32_TAPS", "")[:1] == "0" or not _winrs.wgmma_built:
+        return False
+    return str(getattr(_first_gpu(), "compute_capability", "")) == "9.0"
+
+
+def tf32_tiles_seconds(batch: int, out_hw: tuple[int, int], in_c: int, out_c: int,
+                       filter_hw: tuple[int, int]) -> float:
+    """The TF32 tiles' time by TF32_TAP_TILES_TFLOPS and the share of their channels the layer uses."""
+    flops = 2.0 * batch * out_hw[0] * out_hw[1] * out_c * filter_hw[0] * filter_hw[1] * in_c
+    share = in_c / (128 * -(-in_c // 128)) * out_c / (128 * -(-out_c // 128))
+    return flops / (TF32_TAP_TILES_TFLOPS * 1e12 * share)
 
 
 def default_sm_count() -> int:
@@ -1107,6 +1144,8 @@ def plan_canonical(
     direct kernel's filter-row tile reads them in place (cpp/winrs/variants.h, strided_taps), else unsupported
     (the caller splits the layer into DWM's stride-1 pieces)."""
     options = options or PlannerOptions()
+    if options.tf32_tiles is None:
+        options = dataclasses.replace(options, tf32_tiles=default_tf32_tiles())
     atomic = not deterministic_sum(options.deterministic)
     return _plan_canonical(batch, input_hw, in_c, out_c, filter_hw, pads, path, reference, options, atomic,
                            problems, (int(strides[0]), int(strides[1])))  # fmt: skip
@@ -1135,13 +1174,26 @@ def _plan_canonical(
     forced_segments = options.segments or 0
     forced_buckets = options.buckets or 0
     forced_kernels = tuple(options.kernels) if options.kernels else (-1, -1)
-    raw = _winrs.make_plan(
-        batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1], out_c=out_c,
-        filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
-        path=PATHS.index(path), reference=PATHS.index(reference), sm_count=sm_count, segments=forced_segments,
-        buckets=forced_buckets, variant0=forced_kernels[0], variant1=forced_kernels[1], atomic=atomic,
-        problems=problems, stride_h=strides[0], stride_w=strides[1], smem_per_block=smem_per_block,
-    )  # fmt: skip
+
+    def make(kernels: tuple[int, ...]) -> dict[str, Any]:
+        return _winrs.make_plan(
+            batch=batch, in_h=input_hw[0], in_w=input_hw[1], in_c=in_c, out_h=out_hw[0], out_w=out_hw[1],
+            out_c=out_c, filter_h=filter_hw[0], filter_w=filter_hw[1], pad_top=top, pad_bottom=bottom,
+            pad_left=left, pad_right=right, path=PATHS.index(path), reference=PATHS.index(reference),
+            sm_count=sm_count, segments=forced_segments, buckets=forced_buckets, variant0=kernels[0],
+            variant1=kernels[1], atomic=atomic, problems=problems, stride_h=strides[0], stride_w=strides[1],
+            smem_per_block=smem_per_block,
+        )  # fmt: skip
+
+    raw = make(forced_kernels)
+    # On Hopper the TF32 tiles take the direct kernel's plan where they fit: the planner's kernels unless the
+    # tiles' rate makes them faster. (The plan forces the pair (0, 0), which the handler plans again.)
+    tiles = False
+    if raw["supported"] and path == "tf32" and options.tf32_tiles and options.kernels is None:
+        direct = make((0, 0))
+        seconds = tf32_tiles_seconds(batch, out_hw, in_c, out_c, filter_hw)
+        if direct["tf32_tap_tiles"] and seconds < raw["predicted_seconds"]:
+            raw, forced_kernels, tiles = {**direct, "predicted_seconds": seconds}, (0, 0), True
     if not raw["supported"]:
         return Plan(supported=False, reason=raw["reason"], path=path, reference=reference)
     return Plan(
@@ -1177,4 +1229,5 @@ def _plan_canonical(
         work_tile=tuple(raw["work_tile"]),
         reads_depth_in_place=raw["reads_depth_in_place"],
         strides=strides,
+        tf32_tiles=tiles,
     )

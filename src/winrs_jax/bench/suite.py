@@ -582,8 +582,10 @@ def measure(
         winrs_signed, xla_signed = _signed_errors(shape, dtype_name, compiled)
     auto_winrs = auto.supported and auto.choice.startswith("WinRS")
     auto_ms = None
-    if auto_winrs and auto.path != plan.path:  # auto measured another path faster: time what it runs
-        on_path = dataclasses.replace(forced, path=auto.path)
+    # Auto measured another path faster, or the forced column runs forced kernels: time what auto runs (its own
+    # plan on its path).
+    if auto_winrs and (auto.path != plan.path or kernels is not None):
+        on_path = dataclasses.replace(WINRS, deterministic=deterministic, path=auto.path)
         (other,), _ = choice.repeated_calls(
             [lambda x, dy: winrs_jax.conv_backward_filter(x, dy, w.shape, **kwargs, options=on_path)],
             x,
