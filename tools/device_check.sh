@@ -41,22 +41,15 @@ for stage in "$@"; do
       grep -E "FAILED|failures" "$OUT/kernel-check-one-tap.log" | tail -30
       # Filters 3k + 1 wide cut 3 + 1 and 3 + 3 + 1 (an experiment's switch, winrs/tap_runs.h, TapRunRules).
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30
-      # Equal shares of the T-tap tiles' steps (an experiment's switch, winrs/tap_runs.h, TapRunShares).
-      WINRS_JAX_TAP_SHARES=1 timeout 120 stdbuf -oL "$(kernel_check)" bf16 fp16 >"$OUT/kernel-check-tap-shares.log" 2>&1 \
-        || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tap-shares.log" | cut -c1-100)"
-      grep -E "FAILED|failures" "$OUT/kernel-check-tap-shares.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
     kcheck-tf32)
       # The TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor (kernel_check asserts that
-      # its TF32 cases launched them), then under memcheck; and with them off, the direct kernel on mma.sync. Time-limited and line-buffered: a
-      # kernel that waits for ever names its case and leaves the call's time to the next stages.
+      # its TF32 cases launched them), then under memcheck; and with them off, the direct kernel on mma.sync.
+      # Time-limited and line-buffered: a kernel that waits for ever names its case and leaves the call's time
+      # to the next stages.
       WINRS_JAX_TF32_TAPS=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1 \
         || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tf32-taps.log" | cut -c1-100)"
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30
-      WINRS_JAX_TF32_TAPS=1 WINRS_JAX_TAP_SHARES=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 \
-        >"$OUT/kernel-check-tf32-shares.log" 2>&1 \
-        || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tf32-shares.log" | cut -c1-100)"
-      grep -E "FAILED|failures" "$OUT/kernel-check-tf32-shares.log" | tail -30
       WINRS_JAX_TF32_TAPS=1 timeout 150 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 \
         >"$OUT/sanitizer-tf32-taps.log" 2>&1
       grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log"

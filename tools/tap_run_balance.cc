@@ -35,9 +35,7 @@ int main() {
         std::printf("not T-tap tiles\n");
         continue;
       }
-      double cut_cost = 0.0;
-      const SegmentGrid grid =
-          tap_run_grid(p, planned, 0, taps, kSms, 128, kTapRunOverheadSteps, max_images, &cut_cost);
+      const SegmentGrid grid = tap_run_grid(p, planned, 0, taps, kSms, 128, kTapRunOverheadSteps, max_images);
       const TileScheduler scheduler =
           make_scheduler(p, grid, 0, taps, 128, 128, 1, tap_run_balanced_cut(fw, taps, rules));
       std::vector<double> load(kSms, 0.0);
@@ -49,31 +47,9 @@ int main() {
         load[index % kSms] += steps;
         total += steps;
       }
-      // Equal shares (TapRunShares, WINRS_JAX_TAP_SHARES): every block's pieces, the steps of X again at a
-      // cut run's start and each piece's overhead counted.
-      const SegmentGrid one = TapRunShares::grid_of(planned, 0);
-      const TileScheduler whole =
-          make_scheduler(p, one, 0, taps, 128, 128, 1, tap_run_balanced_cut(fw, taps, rules));
-      const TapRunShares shares(p, whole, taps, max_images);
-      double shared_total = 0, shared_max = 0;
-      for (long long block = 0; block < kSms; ++block) {
-        TapRunPieces pieces = TapRunPieces::of_share(shares, block, kSms);
-        double steps = 0;
-        for (TilePiece piece; pieces.next_share(shares, &piece);)
-          steps += piece.end - piece.first + kTapRunOverheadSteps;
-        shared_total += steps;
-        shared_max = std::max(shared_max, steps);
-      }
       const double tiles_max = *std::max_element(load.begin(), load.end());
-      // WINRS_JAX_TAP_SHARES=2 takes the shares where their modelled cost beats the cut's
-      // (TapRunShares::cost).
-      const bool model_shares = shares.cost(kSms, kTapRunOverheadSteps) < cut_cost;
-      std::printf(
-          "%lld tiles (bands of %d rows, columns of %d, %d image parts), balance %.2f; equal shares: balance "
-          "%.2f, "
-          "busiest SM %.2fx the tiles'; the model takes %s\n",
-          scheduler.count(), grid.seg_h, grid.seg_w, grid.image_parts, total / (kSms * tiles_max),
-          shared_total / (kSms * shared_max), shared_max / tiles_max, model_shares ? "shares" : "tiles");
+      std::printf("%lld tiles (bands of %d rows, columns of %d, %d image parts), balance %.2f\n",
+                  scheduler.count(), grid.seg_h, grid.seg_w, grid.image_parts, total / (kSms * tiles_max));
     }
   }
   return 0;

@@ -100,47 +100,6 @@ template <class C>
 __device__ __forceinline__ UnitWalk persistent_walk(const OmegaArgs& args, const WorkTile& work) {
   return make_unit_walk(args.problem, args.grid.segment(work.segment), work.fh, C::r);
 }
-// Equal shares of a launch's T-tap steps (winrs/tap_runs.h, TapRunShares; an experiment's switch,
-// WINRS_JAX_TAP_SHARES: 1 always, 2 where their cost beats tap_run_grid's cut, TapRunShares::cost, else
-// never): kernels compiled with Shares walk their block's share in pieces, the others their whole tiles b, b
-// + G, ... as before (a kernel of its own, so that theirs is the code it was).
-inline char tap_shares_mode() {
-  const char* value = std::getenv("WINRS_JAX_TAP_SHARES");
-  return value && (value[0] == '1' || value[0] == '2') ? value[0] : '0';
-}
-// The launch's shares, built from the arguments and the scheduler where a piece starts and ends: nothing but
-// a position lives across the steps.
-template <class C>
-__device__ __forceinline__ TapRunShares persistent_shares(const OmegaArgs& args,
-                                                          const TileScheduler& scheduler) {
-  return TapRunShares(args.problem, scheduler, C::taps, C::max_images);
-}
-// The first of this block's pieces, and the next one after `pieces` (false past the last).
-template <class C, bool Shares>
-__device__ __forceinline__ TapRunPieces persistent_pieces(const OmegaArgs& args,
-                                                          const TileScheduler& scheduler) {
-  if constexpr (Shares)
-    return TapRunPieces::of_share(persistent_shares<C>(args, scheduler), blockIdx.x, gridDim.x);
-  return TapRunPieces::of_tiles(blockIdx.x);
-}
-template <class C, bool Shares>
-__device__ __forceinline__ bool next_piece(const OmegaArgs& args, const TileScheduler& scheduler,
-                                           TapRunPieces& pieces, TilePiece* piece) {
-  if constexpr (Shares) return pieces.next_share(persistent_shares<C>(args, scheduler), piece);
-  return pieces.next_tile(gridDim.x, scheduler.count(), piece);
-}
-// body(piece) for each of this block's pieces in order (whole tiles: a loop over tile indices, as before).
-template <class C, bool Shares, class Body>
-__device__ __forceinline__ void for_each_piece(const OmegaArgs& args, const TileScheduler& scheduler,
-                                               long long tiles, const Body& body) {
-  if constexpr (Shares) {
-    TapRunPieces pieces = persistent_pieces<C, Shares>(args, scheduler);
-    for (TilePiece piece; next_piece<C, Shares>(args, scheduler, pieces, &piece);) body(piece);
-  } else {
-    for (long long index = blockIdx.x; index < tiles; index += gridDim.x) body(TilePiece{index, 0, 0, -1});
-  }
-}
-
 // A tile's output (omega_kernel's write_round, from the fragments; chains of one link, no semaphores): the
 // fragments of its first `taps` filter columns of Taps into its bucket.
 template <int Taps, class Gemm>
@@ -161,7 +120,7 @@ __device__ __forceinline__ void write_tile(const Gemm& gemm, const OmegaArgs& ar
   });
 }
 
-template <class C, bool Shares>
+template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_kernel(const __grid_constant__ OmegaArgs args) {
   if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_persistent)
@@ -190,18 +149,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     lower_registers<40>();
     if (threadIdx.x != 0) return;
     int g = 0;  // steps issued by this block
-    for_each_piece<C, Shares>(args, scheduler, tiles, [&](const TilePiece& piece) {
-      const WorkTile work = scheduler.tile(piece.tile);
+    for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+      const WorkTile work = scheduler.tile(index);
       const UnitWalk walk = persistent_walk<C>(args, work);
       const Steps plan(p, work, walk);
-      const int end = piece.end < 0 ? plan.steps : piece.end;
-      for (int s = piece.first; s < end; ++s, ++g) {
+      for (int s = 0; s < plan.steps; ++s, ++g) {
         const int slot = g % stages;
         if (g >= stages) mbarrier_wait(empty + slot, (g / stages - 1) & 1);  // its previous step released
         mbarrier_arrive_expect(full + slot, plan.bytes(s));
         plan.issue(args, work, walk, smem + slot * step_elems, full + slot, s);
       }
-    });
+    }
     return;
   }
 
@@ -215,21 +173,20 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       if (lane == 0) mbarrier_arrive(empty + released % stages);
     __syncwarp();  // converged again before the next step's .aligned wgmma instructions
   };
-  for_each_piece<C, Shares>(args, scheduler, tiles, [&](const TilePiece& piece) {
-    const WorkTile work = scheduler.tile(piece.tile);
+  for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const WorkTile work = scheduler.tile(index);
     const Steps plan(p, work, persistent_walk<C>(args, work));
     // A warpgroup whose 64 output channels all lie past the tensor (a last block of 1-64 channels, as in 192
     // or 136) would multiply dY's zeros: it only waits and releases.
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);
-    const int end = piece.end < 0 ? plan.steps : piece.end;
     gemm.init(tid);
-    for (int s = piece.first; s < end; ++s, ++g) {
+    for (int s = 0; s < plan.steps; ++s, ++g) {
       const int current = g % stages;
       mbarrier_wait(full + current, (g / stages) & 1);
       const auto slot = [&](int back) {  // back: a constant of the MMAs' code
         return smem + (current >= back ? current - back : current - back + stages) * step_elems;
       };
-      if (plan.computes(s) && s >= piece.compute_from && !idle) {
+      if (plan.computes(s) && !idle) {
         gemm.run(slot, plan);
       } else {
         wgmma_fence();   // (else ptxas injects one, warning C7519)
@@ -242,7 +199,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     release_through(g - 1);
 
     write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
-  });
+  }
 }
 
 // A launch-time switch's first character ('\0' where unset).
@@ -290,14 +247,15 @@ inline bool persistent_launchable(const OmegaArgs& args) {
          aligned8(args.workspace);
 }
 
-// Launches a persistent block of config C (persistent_kernel, or the TF32 tiles', wgmma_tf32_taps.cuh) on the
-// TMA's maps: `kernel` on min(tiles, SMs) blocks, or for T taps in equal shares (tap_shares_mode)
-// `shares_kernel` on every SM. False if it does not apply here (persistent_launchable, the sm_90a code
-// loaded), with nothing launched; else *result is the launch's status.
+// Launches `kernel`, a persistent block of config C (persistent_kernel, or the TF32 tiles',
+// wgmma_tf32_taps.cuh), on the TMA's maps: min(tiles, SMs) blocks. False if it does not apply here
+// (persistent_launchable, the sm_90a code loaded), with nothing launched; else *result is the launch's
+// status.
 template <class C>
-bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(OmegaArgs),
-                             const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped, cudaStream_t stream,
+                             cudaError_t* result) {
   if (!persistent_launchable(mapped)) return false;
+  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
@@ -309,7 +267,6 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(Om
   if (const char* cap = std::getenv("WINRS_JAX_PERSISTENT_BLOCKS"); cap && std::atoi(cap) > 0)
     sms = std::atoi(cap) < sms ? std::atoi(cap) : sms;
   OmegaArgs args = mapped;
-  bool shares = false;
   if constexpr (C::taps > 1) {
     // Filters 3k + 1 wide cut evenly (7 = 3 + 2 + 2, 4 = 2 + 2; tap_run_ends_in_one_tap).
     args.balanced_taps = tap_run_balanced_cut(int(args.problem.filter_w), C::taps, tap_run_rules());
@@ -317,25 +274,15 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(Om
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =
         overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
-    double cut_cost = 0.0;
-    const SegmentGrid cut = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN,
-                                         overhead_steps, C::max_images, &cut_cost);
-    OmegaArgs whole = args;  // one segment of all rows a tile, for equal shares
-    whole.grid = TapRunShares::grid_of(args.grid, args.kernel);
-    const char mode = tap_shares_mode();
-    shares = mode == '1' || (mode == '2' && TapRunShares(args.problem, persistent_scheduler<C>(whole),
-                                                         C::taps, C::max_images)
-                                                    .cost(sms, overhead_steps) < cut_cost);
-    args.grid = shares ? whole.grid : cut;
+    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps,
+                             C::max_images);
   }
-  if (shares) kernel = shares_kernel;
-  if (!loads_sm90a(reinterpret_cast<const void*>(kernel))) return false;
   const long long tiles = persistent_scheduler<C>(args).count();
   if (tiles < 1) return false;
   *result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::smem_bytes));
   if (*result != cudaSuccess) return true;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(tiles < sms && !shares ? tiles : sms));
+  config.gridDim = dim3(unsigned(tiles < sms ? tiles : sms));
   config.blockDim = dim3(kPersistentThreads);
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
@@ -345,8 +292,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), void (*shares_kernel)(Om
 
 template <class C>
 bool launch_persistent(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
-  return launch_persistent_block<C>(persistent_kernel<C, false>, persistent_kernel < C, C::taps != 1 >,
-                                    mapped, stream, result);
+  return launch_persistent_block<C>(persistent_kernel<C>, mapped, stream, result);
 }
 
 }  // namespace winrs::cuda

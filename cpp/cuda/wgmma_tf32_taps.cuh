@@ -217,7 +217,7 @@ struct Tf32TapRunsGemm {
 // steps g across its tiles (BlockStepCursor). (With every producer thread transposing and thread 0 issuing
 // between transposes, a warp of issue held the transposes of each step, and the consumers waited for X about
 // half their time: stall samples, 3x3 32:56:256, thirty-eighth stop.)
-template <class C, bool Shares>
+template <class C>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     persistent_tf32_kernel(const __grid_constant__ OmegaArgs args) {
   if constexpr (!WINRS_WGMMA_CODE) return;  // not launched on this target (launch_tf32_taps)
@@ -261,17 +261,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if ((warp == 0 && lane != 0) || warp > transposer_warps) return;
     const auto steps_of = [&](long long index) { return Tf32Tile<C>(args, scheduler, index).plan.steps; };
-    const auto piece_after = [&](TapRunPieces& pieces, TilePiece* piece) {
-      return next_piece<C, Shares>(args, scheduler, pieces, piece);
+    const auto tile_after = [&](BlockTiles& block_tiles, long long* tile) {
+      return block_tiles.next(gridDim.x, scheduler.count(), tile);
     };
-    BlockStepCursor step;  // the step g (winrs/tap_runs.h: pieces without steps passed over)
-    step.pieces = persistent_pieces<C, Shares>(args, scheduler);
-    step.seek(piece_after, steps_of);
+    BlockStepCursor step;  // the step g (winrs/tap_runs.h: tiles without steps passed over)
+    step.tiles = BlockTiles{blockIdx.x};
+    step.seek(tile_after, steps_of);
     if (warp == 0) {  // the issuer: step g's X once its raw buffer's step g - 2 is transposed, and its dY
       if (!step.valid) return;
-      Tf32Tile<C> tile(args, scheduler, step.piece.tile);
-      for (int g = 0; step.valid; ++g, step.advance(piece_after, steps_of)) {
-        if (step.piece.tile != tile.index) tile = Tf32Tile<C>(args, scheduler, step.piece.tile);
+      Tf32Tile<C> tile(args, scheduler, step.tile);
+      for (int g = 0; step.valid; ++g, step.advance(tile_after, steps_of)) {
+        if (step.tile != tile.index) tile = Tf32Tile<C>(args, scheduler, step.tile);
         const int is = g % C::input_stages, gs = g % C::grad_stages;
         if (g >= C::input_stages) mbarrier_wait(input_empty + is, (g / C::input_stages - 1) & 1);
         mbarrier_arrive_expect(input_full + is, uint32_t(C::side_bytes));
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       }
       return;
     }
-    for (int g = 0; step.valid; ++g, step.advance(piece_after, steps_of)) {  // the transposers
+    for (int g = 0; step.valid; ++g, step.advance(tile_after, steps_of)) {  // the transposers
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
       if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
@@ -309,18 +309,17 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       if (lane == 0) mbarrier_arrive(kmajor_empty + released % C::kmajor_stages);
     __syncwarp();
   };
-  for_each_piece<C, Shares>(args, scheduler, tiles, [&](const TilePiece& piece) {
-    const Tf32Tile<C> tile(args, scheduler, piece.tile);
+  for (long long index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const Tf32Tile<C> tile(args, scheduler, index);
     const WorkTile& work = tile.work;
     const Tf32TapRuns<C>& plan = tile.plan;
     const bool idle = work.oc0 + 64 * (warp / 4) >= int(p.out_c);  // past the tensor: waits and releases
-    const int end = piece.end < 0 ? plan.steps : piece.end;
     gemm.init(tid);
-    for (int s = piece.first; s < end; ++s, ++g) {
+    for (int s = 0; s < plan.steps; ++s, ++g) {
       const int gs = g % C::grad_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
       mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
-      if (plan.computes(s) && s >= piece.compute_from && !idle) {
+      if (plan.computes(s) && !idle) {
         gemm.run(grads + gs * C::side_elems, kmajors, g, [&] { release_through(g - 1 - plan.reach); });
       } else {
         wgmma_fence();
@@ -334,9 +333,9 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     gemm.template retire<0>();
     release_through(g - 1);
 
-    // (A piece without steps adds nothing: its sums are atomic, tap_runs_fit.)
-    if (piece.first < end) write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
-  });
+    // (A tile without steps adds nothing: its sums are atomic, tap_runs_fit.)
+    if (plan.steps > 0) write_tile<C::taps>(gemm, args, work, plan.taps, warp, lane);
+  }
 }
 
 // The TMA's maps of float32 X and dY for the TF32 tiles: boxes of 32 channels (128 bytes) of one pixel of
@@ -358,9 +357,7 @@ inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") != '0';
 template <int Taps>
 bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
   using C = WgmmaTf32TapsConfig<Taps>;
-  if (!launch_persistent_block<C>(persistent_tf32_kernel<C, false>, persistent_tf32_kernel<C, true>, mapped,
-                                  stream, result))
-    return false;
+  if (!launch_persistent_block<C>(persistent_tf32_kernel<C>, mapped, stream, result)) return false;
   tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -375,7 +372,7 @@ bool tf32_taps_may_launch(const OmegaArgs& args) {
   const Problem& p = args.problem;
   return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
          tf32_tap_tile_data(p) &&
-         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>, false>));
+         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>>));
 }
 
 // Launches the TF32 T-tap tiles (their maps set here) where they apply: tf32_taps_may_launch, and T-tap rows

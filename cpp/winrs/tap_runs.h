@@ -108,147 +108,37 @@ struct TapRunWalk : TapRunShape {
   }
 };
 
-// A piece of a persistent block's walk (TapRunPieces): steps [first, end) of tile `tile` (end -1: to its
-// last), of which those from `compute_from` on compute where the walk says; the steps before it copy the X
-// that the first computing step's taps read (a run that an equal share cut, TapRunShares).
-struct TilePiece {
-  long long tile = 0;
-  int first = 0, compute_from = 0, end = -1;
-};
-
-// Equal shares of a T-tap launch's steps among its G blocks (an experiment's switch, WINRS_JAX_TAP_SHARES).
-// The tiles of tap_run_grid take whole rows, so an SM may take a row more than the average: 6 of 5.09 on 3x3
-// 32:56:256 (tools/tap_run_balance.cc: the suites' T-tap layers at 0.91-0.92 of an even spread, geomean).
-// Here each tile is one segment of all rows (its steps those of TapRunWalk), the tiles' steps stand in one
-// line in tile order, and block b takes positions [cut(b), cut(b + 1)), cut(b) = b S / G moved back to its
-// run's start where it falls on the run's steps of X alone. A piece that starts inside a run copies the
-// `reach` steps of X before it again. The sums are atomic (tap_runs_fit), so pieces add into dW as tiles do.
-struct TapRunShares {
-  const Problem& p;
-  const TileScheduler& scheduler;  // the launch's, on grid_of(planned, kernel)
-  int taps, max_images;            // its tiles' T and boxes
-
-  WINRS_HD_INLINE TapRunShares(const Problem& problem, const TileScheduler& tiles, int tile_taps, int images)
-      : p(problem), scheduler(tiles), taps(tile_taps), max_images(images) {}
-
-  // The one-segment grid of a plan's kernel `kernel` (all rows, the kernel's columns, the whole batch).
-  WINRS_HD_INLINE static SegmentGrid grid_of(const SegmentGrid& planned, int kernel) {
-    SegmentGrid g = planned;
-    g.seg_rows = 1;
-    g.seg_h = planned.out_h;
-    g.image_parts = 1;
-    g.bucket_count = 1;
-    if (kernel == 0) g.seg_w = planned.width0;
-    return g;
-  }
-  WINRS_HD_INLINE TapRunWalk walk(long long tile) const {
-    const WorkTile work = scheduler.tile(tile);
-    return TapRunWalk(p, work, make_unit_walk(p, scheduler.grid.segment(work.segment), work.fh, 1), taps,
-                      max_images);
-  }
-  // Tiles of one filter-row tile (columns x channel blocks), consecutive in tile order, as many steps each.
-  WINRS_HD_INLINE long long row_tile_tiles() const {
-    return (long long)scheduler.tiles_per_row * scheduler.oc_blocks * scheduler.ic_blocks;
-  }
-  WINRS_HD_INLINE long long total() const {  // S
-    long long steps = 0;
-    for (int row_tile = 0; row_tile < scheduler.row_tiles; ++row_tile)
-      steps += walk(row_tile * row_tile_tiles()).steps * row_tile_tiles();
-    return steps;
-  }
-  // Position pos's tile and step (pos < total()), and the walk of its filter-row tile's first tile, whose
-  // steps, run steps and reach are the tile's own (one walk, where the piece's arithmetic needs them).
-  WINRS_HD_INLINE TapRunWalk locate(long long pos, long long* tile, int* step) const {
-    long long first_tile = 0;
-    for (int row_tile = 0; row_tile < scheduler.row_tiles; ++row_tile, first_tile += row_tile_tiles()) {
-      const TapRunWalk runs = walk(first_tile);
-      const long long group = (long long)runs.steps * row_tile_tiles();
-      if (pos < group) {
-        *tile = first_tile + pos / runs.steps;
-        *step = int(pos % runs.steps);
-        return runs;
-      }
-      pos -= group;
-    }
-    *tile = scheduler.count();
-    *step = 0;
-    return walk(0);
-  }
-  // The busiest block's steps as tap_run_grid counts a cut's (`overhead_steps` a piece): a share of the
-  // steps, and for each piece of it its overhead and a cut run's X again; a share meets up to 1 + share / (S
-  // / T) tiles' boundaries (tiles of S / T steps on average), as many pieces more.
-  WINRS_HD_INLINE double cost(long long blocks, int overhead_steps) const {
-    const double steps = double(total()), share = steps / double(blocks);
-    const double tile_steps = steps / double(scheduler.count());
-    const double pieces =
-        scheduler.count() > 1 && tile_steps > 0 ? 1.0 + double(int(share / tile_steps) + 1) : 1.0;
-    return share + pieces * (walk(0).reach + overhead_steps);
-  }
-  // Block b's first position of `blocks` on the `total` steps (total() once for all blocks; total for b =
-  // blocks).
-  WINRS_HD_INLINE long long cut(long long b, long long blocks, long long total) const {
-    if (b >= blocks) return total;
-    const long long pos = b * total / blocks;
-    long long tile;
-    int step;
-    const TapRunWalk runs = locate(pos, &tile, &step);
-    const int k = step % runs.run_steps;
-    return k < runs.reach ? pos - k : pos;
-  }
-};
-
-// The pieces of block `block` of `blocks`, in order: its whole tiles block, block + G, ... (< tiles), or with
-// equal shares the pieces of its share [cut(block), cut(block + 1)). Two positions are all it holds (the next
-// tile, or the share's next step and its end), so that a kernel's consumers keep few registers across their
-// steps; the shares are rebuilt where a piece ends (a locate: filter_h walks).
-struct TapRunPieces {
-  long long at = 0, end = 0;
-
-  WINRS_HD_INLINE static TapRunPieces of_tiles(long long block) { return TapRunPieces{block, 0}; }
-  WINRS_HD_INLINE static TapRunPieces of_share(const TapRunShares& shares, long long block,
-                                               long long blocks) {
-    const long long total = shares.total();
-    return TapRunPieces{shares.cut(block, blocks, total), shares.cut(block + 1, blocks, total)};
-  }
-  WINRS_HD_INLINE bool next_tile(long long blocks, long long tiles, TilePiece* piece) {
+// A persistent block's tiles in order: b, b + G, ... below the launch's count (block b of G).
+struct BlockTiles {
+  long long at = 0;
+  WINRS_HD_INLINE bool next(long long blocks, long long tiles, long long* tile) {
     if (at >= tiles) return false;
-    *piece = TilePiece{at, 0, 0, -1};
+    *tile = at;
     at += blocks;
     return true;
   }
-  WINRS_HD_INLINE bool next_share(const TapRunShares& shares, TilePiece* piece) {
-    if (at >= end) return false;
-    long long tile;
-    int step;
-    const TapRunWalk runs = shares.locate(at, &tile, &step);
-    const long long tile_end = at - step + runs.steps, last = tile_end < end ? tile_end : end;
-    const int again = step % runs.run_steps == 0 ? 0 : runs.reach;  // a cut run: its X before the cut
-    *piece = TilePiece{tile, step - again, step, step + int(last - at)};
-    at = last;
-    return true;
-  }
 };
 
-// A persistent block's steps in order across its pieces (TapRunPieces): step s of `piece`, or past the walk's
-// end (valid false). Pieces without steps (a filter row whose rows all fall outside X) are passed over: a
-// producer that walks one step ahead of its loop (cuda/wgmma_tf32_taps.cuh) meets every step its consumers'
-// nested loops over pieces and steps meet, and no other. next_piece(pieces, piece) takes the next piece of
-// `pieces`; steps_of(tile) gives a tile's steps.
+// A persistent block's steps in order across its tiles (BlockTiles): step s of tile `tile`, of `end` steps,
+// or past the walk's end (valid false). Tiles without steps (a filter row whose rows all fall outside X) are
+// passed over: a producer that walks one step ahead of its loop (cuda/wgmma_tf32_taps.cuh) meets every step
+// its consumers' nested loops over tiles and steps meet, and no other. next_tile(tiles, &tile) takes the
+// block's next tile; steps_of(tile) gives a tile's steps.
 struct BlockStepCursor {
-  TapRunPieces pieces;
-  TilePiece piece;
-  int s = 0;
+  BlockTiles tiles;
+  long long tile = 0;
+  int s = 0, end = 0;
   bool valid = false;
-  template <class NextPiece, class StepsOf>
-  WINRS_HD_INLINE void seek(const NextPiece& next_piece, const StepsOf& steps_of) {
-    while ((valid = next_piece(pieces, &piece))) {
-      if (piece.end < 0) piece.end = steps_of(piece.tile);
-      if ((s = piece.first) < piece.end) return;
+  template <class NextTile, class StepsOf>
+  WINRS_HD_INLINE void seek(const NextTile& next_tile, const StepsOf& steps_of) {
+    while ((valid = next_tile(tiles, &tile))) {
+      end = steps_of(tile);
+      if ((s = 0) < end) return;
     }
   }
-  template <class NextPiece, class StepsOf>
-  WINRS_HD_INLINE void advance(const NextPiece& next_piece, const StepsOf& steps_of) {
-    if (++s == piece.end) seek(next_piece, steps_of);
+  template <class NextTile, class StepsOf>
+  WINRS_HD_INLINE void advance(const NextTile& next_tile, const StepsOf& steps_of) {
+    if (++s == end) seek(next_tile, steps_of);
   }
 };
 
@@ -358,12 +248,11 @@ inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int pr
 // (WINRS_JAX_TAP_RUN_OVERHEAD). 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3 128:16:256 0.097
 // -> 0.086 ms, 5x5 32:32:256 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7
 // 32:16:512 and 3x3 32:28:512 even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3
-// 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069. *cost_out (where given):
-// the cut's cost, in steps of its busiest SM.
+// 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
                                 int channels = 128, int overhead_steps = kTapRunOverheadSteps,
-                                int max_images = kTapRunUnits, double* cost_out = nullptr) {
+                                int max_images = kTapRunUnits) {
   constexpr int kMaxCuts = 8;
   const TapRunShape shape = tap_run_shape(p.batch, taps, max_images);
   const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
@@ -397,7 +286,6 @@ inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, in
       }
     }
   }
-  if (cost_out) *cost_out = best_cost;
   return best;
 }
 

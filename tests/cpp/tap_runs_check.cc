@@ -20,7 +20,6 @@ struct Layer {
   int batch, out_h, out_w, filter_h, filter_w, pad_top, pad_left;
   int width0 = 0;              // the primary columns' width (0: all of them, no residual column)
   bool split = false;          // two positions a step on odd rows: the last column apart (tap_run_even_split)
-  bool shares = false;         // equal shares of the steps (TapRunShares), not tap_run_grid's tiles
   int channels = 128;          // input and output channels: a term once per pair of 128-channel blocks
   winrs::TapRunRules rules{};  // as shipped, or as the experiments' switches set them (WINRS_JAX_TAP_RUNS=2:
                                // rows of any length; WINRS_JAX_TAP_BALANCED=0: 3 + 1 cuts)
@@ -74,28 +73,17 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   }
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.rules))
     return fail(l, "the layer should fit", kernel, taps);
-  // The launch's grid: tap_run_grid's cut, or with equal shares one segment of all rows (TapRunShares).
-  const SegmentGrid grid = l.shares ? winrs::TapRunShares::grid_of(planned, kernel)
-                                    : winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
-                                                          winrs::kTapRunOverheadSteps, l.rules.max_images);
+  // The launch's grid: tap_run_grid's cut.
+  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
+                                               winrs::kTapRunOverheadSteps, l.rules.max_images);
   const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, balanced);
-  const winrs::TapRunShares shares(p, scheduler, taps, l.rules.max_images);
-  // Every block's pieces (whole tiles b, b + sms, ..., or its share's), as the kernels walk them.
+  // Every block's tiles b, b + sms, ..., as the kernels walk them.
   for (long long block = 0; block < sms; ++block) {
-    winrs::TapRunPieces pieces =
-        l.shares ? winrs::TapRunPieces::of_share(shares, block, sms) : winrs::TapRunPieces::of_tiles(block);
-    winrs::TilePiece piece;
-    while (l.shares ? pieces.next_share(shares, &piece) : pieces.next_tile(sms, scheduler.count(), &piece)) {
-      const long long index = piece.tile;
+    winrs::BlockTiles tiles{block};
+    for (long long index; tiles.next(sms, scheduler.count(), &index);) {
       const winrs::WorkTile work = scheduler.tile(index);
       const winrs::UnitWalk walk = winrs::make_unit_walk(p, grid.segment(work.segment), work.fh, 1);
       const winrs::TapRunWalk runs(p, work, walk, taps, l.rules.max_images);
-      const int end = piece.end < 0 ? runs.steps : piece.end;
-      if (piece.first < 0 || piece.first > piece.compute_from || end > runs.steps ||
-          (piece.compute_from > piece.first && piece.compute_from - piece.first != runs.reach))
-        return fail(l, "a piece's steps", piece.first, end);
-      if (const int k = piece.compute_from % runs.run_steps; k != 0 && k < runs.reach)
-        return fail(l, "a share cut in a run's steps of X alone", piece.compute_from, runs.run_steps);
       const winrs::TapRunShape& shape = runs;
       if (runs.taps < 1 || work.f0 + runs.taps > l.filter_w)
         return fail(l, "tile columns", work.f0, runs.taps);
@@ -106,8 +94,8 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
       // No unit past a run's end in a step of real ones (its zero dY would meet real X: NaN from an infinite
       // X).
       if (runs.width % shape.positions != 0) return fail(l, "a run of part of a step", runs.width);
-      for (int s = piece.first; s < end; ++s) {
-        if (!runs.computes(s) || s < piece.compute_from) continue;
+      for (int s = 0; s < runs.steps; ++s) {
+        if (!runs.computes(s)) continue;
         const auto st = runs.step(s, walk);
         for (int sub = 0; sub < winrs::kTapRunUnits / winrs::kTapRunBlock; ++sub) {
           const int q = sub * winrs::kTapRunBlock / shape.images,
@@ -117,7 +105,6 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
             const winrs::TapXPlace at = winrs::tap_x_place(taps, shape.positions, sub, j);
             if (at.back < 0 || at.back > shape.reach || (s - at.back) / runs.run_steps != s / runs.run_steps)
               return fail(l, "X from outside the run", s, at.back);
-            if (s - at.back < piece.first) return fail(l, "X from before the piece", s, at.back);
             const auto from = runs.step(s - at.back, walk);
             const int x_q = at.row / shape.images, x_image = from.image + at.row % shape.images;
             const int x_col = runs.x_col(from, x_q, walk), x_row = runs.x_row(from);
@@ -160,22 +147,8 @@ void check(const Layer& l) {
 
 // The block step cursor (BlockStepCursor) against the consumers' nested loops over a block's tiles and their
 // steps, on tiles of 0 to 3 steps (none at the start, runs of none, none at the end), for blocks of every
-// grid.
-// The (tile, step) pairs a BlockStepCursor walks from `pieces` on, at most `most` + 1 of them (one past the
-// consumers' count shows a walk that does not end).
+// grid. At most the consumers' count + 1 steps walked (one past shows a walk that does not end).
 using Steps = std::vector<std::pair<long long, int>>;
-template <class NextPiece, class StepsOf>
-Steps cursor_steps(const winrs::TapRunPieces& pieces, const NextPiece& next_piece, const StepsOf& steps_of,
-                   size_t most) {
-  Steps walked;
-  winrs::BlockStepCursor step;
-  step.pieces = pieces;
-  for (step.seek(next_piece, steps_of); step.valid && walked.size() <= most;
-       step.advance(next_piece, steps_of))
-    walked.emplace_back(step.piece.tile, step.s);
-  return walked;
-}
-
 void check_step_cursor() {
   for (int pattern = 0; pattern < 729; ++pattern) {  // six tiles of 0, 1 or 2 steps, then 3 in some
     std::vector<int> steps;
@@ -185,49 +158,20 @@ void check_step_cursor() {
     const auto steps_of = [&](long long index) { return steps[index]; };
     for (long long grid = 1; grid <= tiles + 1; ++grid)
       for (long long block = 0; block < grid; ++block) {
-        Steps nested;
+        Steps nested, walked;
         for (long long index = block; index < tiles; index += grid)
           for (int s = 0; s < steps[index]; ++s) nested.emplace_back(index, s);
-        const auto next_piece = [&](winrs::TapRunPieces& pieces, winrs::TilePiece* piece) {
-          return pieces.next_tile(grid, tiles, piece);
+        const auto next_tile = [&](winrs::BlockTiles& block_tiles, long long* tile) {
+          return block_tiles.next(grid, tiles, tile);
         };
-        const Steps walked =
-            cursor_steps(winrs::TapRunPieces::of_tiles(block), next_piece, steps_of, nested.size());
+        winrs::BlockStepCursor step;
+        step.tiles = winrs::BlockTiles{block};
+        for (step.seek(next_tile, steps_of); step.valid && walked.size() <= nested.size();
+             step.advance(next_tile, steps_of))
+          walked.emplace_back(step.tile, step.s);
         if (walked != nested) {
           std::printf("FAILED: the block step cursor on pattern %d, block %lld of %lld: %zu steps, not %zu\n",
                       pattern, block, grid, walked.size(), nested.size());
-          ++failures;
-          return;
-        }
-      }
-  }
-}
-
-// The cursor over equal shares (the TF32 producer's walk one step ahead) against the consumers' loops over
-// the same pieces and their steps, on layers with filter rows without steps, for 1 to 132 blocks.
-void check_share_cursor() {
-  for (const auto& [out_h, out_w, channels] :
-       {std::tuple{1, 20, 128}, std::tuple{3, 34, 256}, std::tuple{5, 16, 200}}) {
-    const Problem p{64, out_h, out_w, channels, out_h, out_w, channels, 3, 3, 1, 1, 1, 1};
-    const SegmentGrid grid =
-        winrs::TapRunShares::grid_of(SegmentGrid{out_h, out_w, 1, out_h, 1, out_w, 1, true, 64, 1}, 0);
-    const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, 0, 3, 128, 128);
-    const winrs::TapRunShares shares(p, scheduler, 3, winrs::kTapRunUnits);
-    const auto steps_of = [&](long long tile) { return shares.walk(tile).steps; };
-    for (long long blocks : {1, 3, 7, 132})
-      for (long long block = 0; block < blocks; ++block) {
-        Steps nested;
-        const winrs::TapRunPieces first = winrs::TapRunPieces::of_share(shares, block, blocks);
-        winrs::TapRunPieces pieces = first;
-        for (winrs::TilePiece piece; pieces.next_share(shares, &piece);)
-          for (int s = piece.first; s < piece.end; ++s) nested.emplace_back(piece.tile, s);
-        const auto next_piece = [&](winrs::TapRunPieces& at, winrs::TilePiece* piece) {
-          return at.next_share(shares, piece);
-        };
-        const Steps walked = cursor_steps(first, next_piece, steps_of, nested.size());
-        if (walked != nested) {
-          std::printf("FAILED: the share cursor on %dx%d, block %lld of %lld: %zu steps, not %zu\n", out_h,
-                      out_w, block, blocks, walked.size(), nested.size());
           ++failures;
           return;
         }
@@ -239,7 +183,6 @@ void check_share_cursor() {
 
 int main() {
   check_step_cursor();
-  check_share_cursor();
   int layers = 0;
   for (int batch : {32, 64, 128, 192})
     for (int filter_w : {2, 3, 4, 5, 7})
@@ -289,39 +232,12 @@ int main() {
           l.split = out_w % 2 == 1;
           check(l);
         }
-  // Equal shares of the steps (TapRunShares, WINRS_JAX_TAP_SHARES): one segment of all rows a tile, pieces of
-  // runs cut past their steps of X alone; boxes of 64 and of 32 images, 1D and 2D rows, odd rows split.
-  for (int max_images : {64, 32})
-    for (int batch : {32, 64, 128})
-      for (int filter_w : {2, 3, 4, 5, 7})
-        for (int out_w : {16, 17, 21, 40})
-          for (int out_h : {1, 3}) {
-            const int taps = winrs::tap_run_taps(filter_w);
-            const int positions = winrs::tap_run_shape(batch, taps, max_images).positions;
-            const int width =
-                out_w % positions ? out_w - 1 : out_w;  // odd rows split at two positions a step
-            const int reach = winrs::tap_run_shape(batch, taps, max_images).reach;
-            if (winrs::tap_run_steps_per_x_step(filter_w, taps) * reach > width / positions) continue;
-            ++layers;
-            Layer l{batch, out_h, out_w, out_h == 1 ? 1 : 3, filter_w, out_h == 1 ? 0 : 1, filter_w / 2};
-            l.split = width != out_w;
-            l.shares = true;
-            l.rules.max_images = max_images;
-            check(l);
-          }
-  for (int batch : {32, 64}) {  // a residual column of its own (kernel 1) wide enough for runs
-    ++layers;
-    Layer l{batch, 2, 38, 3, 3, 1, 1, 20};
-    l.shares = true;
-    check(l);
-  }
-  // Shares over channel blocks (2 and 3 a side, the last partial) and over filter rows without steps (a row
-  // of one under a filter of three).
+  // Channel blocks (2 and 3 a side, the last partial) and filter rows without steps (a row of one under a
+  // filter of three).
   for (int channels : {200, 256, 300})
     for (int out_h : {1, 2, 5}) {
       ++layers;
       Layer l{64, out_h, 20, 3, 3, 1, 1};
-      l.shares = true;
       l.channels = channels;
       check(l);
     }
