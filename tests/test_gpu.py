@@ -295,8 +295,11 @@ def test_tap_tiles_match_the_cpu(layer, path, blocks, rng, monkeypatch):
     x_shape, out_c, (fh, fw) = TAP_TILE_LAYERS[layer]
     n, h, w, _ = x_shape
     x, dy = _inputs(rng, path, x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
+    launches = _winrs.tf32_tile_launches()
     gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path=path)
     cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path=path)
+    if path == "tf32":  # the tiles ran, not the direct kernel on mma.sync (which gives the same sums)
+        assert _winrs.tf32_tile_launches() > launches
     rtol = 1e-4 if path == "tf32" else 2.0**-7
     np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=1e-5 * np.abs(cpu).max())
 
@@ -314,9 +317,13 @@ def test_tf32_plans_take_the_tiles_on_hopper(rng, monkeypatch):
                           options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
     assert plan.tf32_tiles and plan.path == "tf32", str(plan)
     ref = _reference(x, dy, (3, 3), (1, 1, 1, 1))
+    launches = _winrs.tf32_tile_launches()
     tiles = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs")
+    assert _winrs.tf32_tile_launches() > launches
     monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "0")  # read by the planner and at each launch
+    launches = _winrs.tf32_tile_launches()
     direct = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", kernels=(0, 0))
+    assert _winrs.tf32_tile_launches() == launches
     assert mare(tiles, ref) <= 1.5 * mare(direct, ref) + 1e-7, (mare(tiles, ref), mare(direct, ref))
 
 

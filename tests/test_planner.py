@@ -223,7 +223,8 @@ def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filt
     "batch, size, in_c, out_c, filter_w, options, taken",
     [(32, 56, 256, 256, 3, {}, True), (32, 14, 1024, 1024, 3, {}, True), (128, 28, 96, 128, 5, {}, True),
      (32, 64, 256, 256, 4, {}, True),
-     (32, 56, 64, 64, 3, {}, False),  # a tile of 128 channels on 64: a sixteenth used, Winograd's rate wins
+     (32, 56, 64, 64, 3, {}, False),  # the 64-channel block, not the tiles' (launch_direct, tf32_tap_tiles_fit)
+     (32, 56, 64, 256, 3, {}, False),  # the filter-row tile (one side of 64 channels)
      (16, 64, 128, 128, 3, {}, False),  # not whole boxes of 32 images
      (128, 7, 512, 512, 3, {}, False),  # rows too short for 3-tap runs (tap_runs.h, tap_runs_fit)
      (32, 56, 256, 256, 3, {"deterministic": True}, False),  # the tiles add their segments atomically
@@ -255,20 +256,59 @@ def test_tf32_tiles_take_the_direct_kernel_where_they_fit(batch, size, in_c, out
 
 def test_tf32_tiles_plan_runs_through_the_handler(rng):
     """A plan that the TF32 tiles take forces the direct kernel in its attributes, so that the handler plans the
-    same again; on the CPU it runs the direct kernel with the TF32 rounding (the tiles' own check against it is
-    tests/test_gpu.py, test_tap_tiles_match_the_cpu)."""
+    same again: on the CPU it gives the direct kernel's bits, not the planner's Winograd kernels' (the tiles' own
+    check against the direct kernel is tests/test_gpu.py, test_tap_tiles_match_the_cpu)."""
     x = rng.standard_normal((32, 6, 20, 128)).astype(np.float32)
     dy = rng.standard_normal((32, 6, 20, 128)).astype(np.float32)
-    options = PlannerOptions(tf32_tiles=True, path="tf32", mode="winrs", sm_count=132)
     fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 128, 128), window_strides=(1, 1),
                            padding=((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))  # fmt: skip
-    plan = winrs_jax.plan(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((3, 3, 128, 128), x.dtype),
-                          (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"), options=options)
-    assert plan.tf32_tiles, str(plan)
-    dw = np.asarray(jax.jit(functools.partial(fn, options=options))(x, dy), np.float64)
+
+    def run(**options):
+        options = PlannerOptions(path="tf32", mode="winrs", sm_count=132, **options)
+        plan = winrs_jax.plan(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((3, 3, 128, 128),
+                              x.dtype), (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                              options=options)  # fmt: skip
+        return plan, np.asarray(jax.jit(functools.partial(fn, options=options))(x, dy), np.float64)
+
+    (tiles, dw), (direct, dw_direct), (winograd, dw_winograd) = (
+        run(tf32_tiles=True), run(tf32_tiles=False, kernels=(0, 0)), run(tf32_tiles=False))
+    assert tiles.tf32_tiles and not direct.tf32_tiles and [k.index for k in winograd.kernels] != [0], str(winograd)
+    np.testing.assert_array_equal(dw, dw_direct)
+    assert not np.array_equal(dw, dw_winograd)
     ref = reference_filter_grad(x.astype(np.float64), dy.astype(np.float64), (3, 3), (1, 1, 1, 1))
     ref = ref.transpose(1, 2, 3, 0)  # OHWI -> HWIO
     assert np.linalg.norm(dw - ref) / np.linalg.norm(ref) < 2e-3  # TF32 operands (2^-11 each), float32 sums
+
+
+def test_stacked_problems_keep_the_planners_kernels():
+    """Problems stacked in one launch (feature groups, a 3D layer's depth taps, a dilated layer's phases, vmap)
+    never run the TF32 tiles (cuda/wgmma_persistent.cuh, persistent_launchable): their plans keep the planner's
+    kernels where the same unstacked layer takes the tiles."""
+    options = PlannerOptions(tf32_tiles=True, path="tf32", mode="winrs", sm_count=132)
+    f32 = jnp.float32
+
+    def plan(lhs, rhs, pads, dn, **kwargs):
+        return winrs_jax.plan(jax.ShapeDtypeStruct(lhs, f32), jax.ShapeDtypeStruct(rhs, f32), (1,) * len(pads),
+                              pads, dimension_numbers=dn, options=options, **kwargs)  # fmt: skip
+
+    dn2, dn3 = ("NHWC", "HWIO", "NHWC"), ("NDHWC", "DHWIO", "NDHWC")
+    alone = plan((32, 20, 20, 256), (3, 3, 256, 256), ((1, 1), (1, 1)), dn2)
+    grouped = plan((32, 20, 20, 512), (3, 3, 256, 512), ((1, 1), (1, 1)), dn2, feature_group_count=2)
+    depth = plan((32, 3, 20, 20, 256), (3, 3, 3, 256, 256), ((1, 1), (1, 1), (1, 1)), dn3)
+    one_tap_depth = plan((32, 1, 20, 20, 256), (1, 3, 3, 256, 256), ((0, 0), (1, 1), (1, 1)), dn3)
+    dilated = plan((32, 24, 24, 256), (3, 3, 256, 256), ((2, 2), (2, 2)), dn2, rhs_dilation=(2, 2))
+    assert alone.tf32_tiles and one_tap_depth.tf32_tiles, (str(alone), str(one_tap_depth))
+    assert grouped.groups == 2 and not grouped.tf32_tiles, str(grouped)
+    assert not depth.tf32_tiles and not dilated.tf32_tiles, (str(depth), str(dilated))
+    # vmap: each device's call plans its stacked problems without the tiles (_partition), the FFI attributes then
+    # name the planner's kernels, where the unstacked call's name the direct kernel.
+    fn = functools.partial(winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 256, 256), window_strides=(1, 1),
+                           padding=((1, 1), (1, 1)), dimension_numbers=dn2, options=options)  # fmt: skip
+    x = jax.ShapeDtypeStruct((32, 20, 20, 256), f32)
+    one = jax.jit(fn).lower(x, x).as_text()
+    stacked = jax.ShapeDtypeStruct((2, 32, 20, 20, 256), f32)
+    two = jax.jit(jax.vmap(fn)).lower(stacked, stacked).as_text()
+    assert "variant0 = 0 : i64" in one and "variant0 = -1 : i64" in two, two[-3000:]
 
 
 @pytest.mark.parametrize(

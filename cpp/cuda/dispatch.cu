@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "cuda/omega.h"
+#include "cuda/wgmma_tf32_taps.cuh"
+#include "ffi/handlers.h"
 #include "winrs/reduction.h"
 #include "winrs/variants.h"
 
@@ -124,3 +126,5 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
 }
 
 }  // namespace winrs::cuda
+
+long long WinrsTf32TileLaunches() { return winrs::cuda::tf32_taps_launches.load(std::memory_order_relaxed); }

@@ -28,4 +28,7 @@ extern "C" XLA_FFI_Error* WinrsBackwardFilter3dV2Cuda(XLA_FFI_CallFrame* call_fr
 extern "C" XLA_FFI_Error* WinrsBackwardFilterV1Cuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsBackwardFilter3dV1Cuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* WinrsGroupedFilterGradCuda(XLA_FFI_CallFrame* call_frame);
+// Launches of Hopper's TF32 tiles in this process (cuda/wgmma_tf32_taps.cuh): the GPU tests tell them from
+// the direct kernel on mma.sync, which gives the same sums.
+long long WinrsTf32TileLaunches();
 #endif

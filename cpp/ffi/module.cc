@@ -97,6 +97,14 @@ NB_MODULE(_winrs, m) {
 #endif
     return d;
   });
+  // Launches of Hopper's TF32 tiles in this process (0 without the CUDA build).
+  m.def("tf32_tile_launches", [] {
+#ifdef WINRS_WITH_CUDA
+    return WinrsTf32TileLaunches();
+#else
+    return 0LL;
+#endif
+  });
 
   m.def("paths", [] {
     nb::list out;

@@ -22,6 +22,7 @@
 #include "schedule.h"
 #include "segments.h"
 #include "tf32_layout.h"
+#include "variants.h"
 
 namespace winrs {
 
@@ -227,14 +228,17 @@ WINRS_HD inline bool tf32_tap_tile_data(const Problem& p) {
   return p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0;
 }
 // Whether the TF32 T-tap tiles take a plan on the direct kernel alone (its grid `grid`, `problems` stacked
-// problems) as its launch would, under the shipped rules: one problem and one image part, and T-tap rows on
-// the grid that the launch splits (tap_run_even_split, tap_runs_fit: atomic sums, long enough rows). The
-// planner weighs them by their own rate where they do (planner.py, TF32_TAP_TILES_TFLOPS).
+// problems) as its launch would (cuda/omega_kernel.cuh, launch_direct), under the shipped rules: the
+// one-column tile of 128 x 128 channels (not the filter-row tile or the 64-channel block, variants.h), one
+// problem and one image part, and T-tap rows on the grid that the launch splits (tap_run_even_split,
+// tap_runs_fit: atomic sums, long enough rows). The planner weighs them by their own rate where they do
+// (planner.py, TF32_TAP_TILES_TFLOPS).
 inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int problems) {
   const TapRunRules rules{true, true, kTf32Images};
   const int taps = tap_run_taps(int(p.filter_w));
-  return problems == 1 && grid.image_parts == 1 && tf32_tap_tile_data(p) &&
-         tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
+  const TileShape tile = tile_shape(0, Path::kTf32, p);
+  return tile.columns == 1 && tile.block_oc == kWideBlock && problems == 1 && grid.image_parts == 1 &&
+         tf32_tap_tile_data(p) && tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
 }
 
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts

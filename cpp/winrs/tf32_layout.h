@@ -1,4 +1,4 @@
-// The shared-memory layouts of the TF32 T-tap tiles (cuda/wgmma_tf32_taps.cuh, a draft) and their producer's
+// The shared-memory layouts of the TF32 T-tap tiles (cuda/wgmma_tf32_taps.cuh) and their producer's
 // transpose, written once for the kernel, its probe (tools/tf32_wgmma_probe.cu) and the host check
 // (tests/cpp/tf32_layout_check.cc, run by tests/test_tap_runs.py). A step is 64 units (winrs/tap_runs.h) of
 // 128 channels a side, float32.

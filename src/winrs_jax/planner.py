@@ -118,7 +118,9 @@ class PlannerOptions:
     tf32_tiles: whether float32 layers at the default precision may run Hopper's TF32 tiles (the direct kernel
         as a persistent kernel on wgmma, 3 filter columns of 128 x 128 channels a tile), which the planner
         picks where they fit and its rates say they are faster than the Winograd kernels. By default (None):
-        on an sm_90 GPU with the package's sm_90a kernels built, unless $WINRS_JAX_TF32_TAPS is 0.
+        on an sm_90 GPU with the package's sm_90a kernels built, unless $WINRS_JAX_TF32_TAPS (or a switch that
+        keeps Hopper's wgmma or persistent kernels off: WINRS_JAX_WGMMA, WINRS_JAX_PERSISTENT,
+        WINRS_JAX_TAP_RUNS) is 0.
     """
 
     sm_count: int | None = None
@@ -613,16 +615,28 @@ def default_smem_per_block() -> int:
 TF32_TAP_TILES_TFLOPS = 240.0
 
 
+# Launch-time switches that keep the TF32 tiles off (the kernels' launch reads them too): the tiles themselves,
+# every wgmma kernel, the persistent block, its T-tap tiles.
+_TF32_TILES_OFF = ("WINRS_JAX_TF32_TAPS", "WINRS_JAX_WGMMA", "WINRS_JAX_PERSISTENT", "WINRS_JAX_TAP_RUNS")
+
+
 def default_tf32_tiles() -> bool:
     """Whether the first visible GPU runs the TF32 tiles: compute capability 9.0 with the package's sm_90a kernels
-    built, unless $WINRS_JAX_TF32_TAPS is 0 (the kernels' launch reads the same switch)."""
-    if os.environ.get("WINRS_JAX_TF32_TAPS", "")[:1] == "0" or not _winrs.wgmma_built:
+    built, unless one of _TF32_TILES_OFF is 0."""
+    if any(os.environ.get(name, "")[:1] == "0" for name in _TF32_TILES_OFF) or not _winrs.wgmma_built:
         return False
+    return _first_gpu_is_sm90()
+
+
+@functools.cache
+def _first_gpu_is_sm90() -> bool:
+    """Whether the first visible GPU has compute capability 9.0 (asked once: every plan asks it)."""
     return str(getattr(_first_gpu(), "compute_capability", "")) == "9.0"
 
 
-def tf32_tiles_seconds(batch: int, out_hw: tuple[int, int], in_c: int, out_c: int,
-                       filter_hw: tuple[int, int]) -> float:
+def tf32_tiles_seconds(
+    batch: int, out_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int]
+) -> float:
     """The TF32 tiles' time by TF32_TAP_TILES_TFLOPS and the share of their channels the layer uses."""
     flops = 2.0 * batch * out_hw[0] * out_hw[1] * out_c * filter_hw[0] * filter_hw[1] * in_c
     share = in_c / (128 * -(-in_c // 128)) * out_c / (128 * -(-out_c // 128))
@@ -792,8 +806,9 @@ def make_plan(
         lhs_one, rhs_one = list(lhs_shape), list(rhs_shape)
         lhs_one[dn.lhs_spec[1]] //= groups
         rhs_one[dn.rhs_spec[0]] //= groups
+        # (Stacked problems share a launch, which Hopper's TF32 tiles do not take: _partition.)
         one = make_plan(tuple(lhs_one), tuple(rhs_one), dtype, dataclasses.replace(spec, feature_group_count=1),
-                        options)  # fmt: skip
+                        dataclasses.replace(options, tf32_tiles=False))  # fmt: skip
         if not one.supported:
             return dataclasses.replace(one, reason=f"{groups} groups: {one.reason}")
         return dataclasses.replace(one, groups=groups, predicted_seconds=one.predicted_seconds * groups)
@@ -824,6 +839,8 @@ def _layer_plan(
         out_depth = (d + depth_pads[0] + depth_pads[1] - depth_dilation * (fd - 1) - 1) // depth_stride + 1
         depth = (d, out_depth, fd)
         batch *= out_depth
+        if fd > 1:  # depth taps stacked in one launch, in place or on copies: no TF32 tiles (_partition)
+            options = dataclasses.replace(options, tf32_tiles=False)
     flat = _plan_2d(batch, in_hw, in_c, out_c, filter_hw, pads, strides, dilation, groups, direct, paths,
                     reference, options, depth[2] or 1)  # fmt: skip
     if not flat.supported or not depth[2]:
@@ -1062,7 +1079,7 @@ def _strided_plan(
         channels=(in_c, out_c), pads=pads, path=runs[0].path, reference=reference, sm_count=runs[0].sm_count,
         smem_per_block=runs[0].smem_per_block, forced_segments=runs[0].forced_segments,
         forced_buckets=runs[0].forced_buckets, deterministic=runs[0].deterministic,
-        forced_kernels=runs[0].forced_kernels,
+        forced_kernels=runs[0].forced_kernels, tf32_tiles=any(plan.tf32_tiles for plan in runs),
         predicted_seconds=sum(plan.predicted_seconds for plan in runs), strides=strides, phases=tuple(phases),
     )  # fmt: skip
 
@@ -1091,6 +1108,8 @@ def _dilated_plan(
     out_hw = (in_hw[0] + pads[0] + pads[1] - (fh - 1) * dh, in_hw[1] + pads[2] + pads[3] - (fw - 1) * dw)
     rows, cols = -(-out_hw[0] // dh), -(-out_hw[1] // dw)
     sub_hw = (rows + fh - 1, cols + fw - 1)
+    if dh * dw > 1:  # the phases stacked in one launch: no TF32 tiles (_partition)
+        options = dataclasses.replace(options, tf32_tiles=False)
     plans = [plan_canonical(batch, sub_hw, in_c, out_c, filter_hw, (0, 0, 0, 0), path, reference, options)
              for path in paths]  # fmt: skip
     supported = [plan for plan in plans if plan.supported]
@@ -1101,7 +1120,7 @@ def _dilated_plan(
         supported=True, reason="", batch=batch, input_hw=in_hw, out_grad_hw=out_hw, filter_hw=filter_hw,
         channels=(in_c, out_c), pads=pads, path=piece.path, reference=reference, sm_count=piece.sm_count,
         smem_per_block=piece.smem_per_block, forced_segments=piece.forced_segments, forced_buckets=piece.forced_buckets,
-        deterministic=piece.deterministic, forced_kernels=piece.forced_kernels,
+        deterministic=piece.deterministic, forced_kernels=piece.forced_kernels, tf32_tiles=piece.tf32_tiles,
         predicted_seconds=piece.predicted_seconds * dh * dw, dilation=dilation, phases=(Phase((0, 0), piece),),
     )  # fmt: skip
 
