@@ -117,7 +117,8 @@ def _local_filter_grad(x: jax.Array, dy: jax.Array, layer: Layer) -> jax.Array:
     else:
         # Stacked problems (vmap, groups, a 3D layer's depth copies) share one launch, which Hopper's TF32 tiles
         # do not take (cuda/wgmma_persistent.cuh, persistent_launchable): their plan keeps the planner's kernels.
-        options = layer.options if int(np.prod(stacked)) == 1 else dataclasses.replace(layer.options, tf32_tiles=False)
+        one = int(np.prod(stacked)) == 1
+        options = layer.options if one else dataclasses.replace(layer.options, tf32_tiles=False)
         plan = plan_canonical(batch, in_hw, in_c, out_c, layer.filter_hw, layer.pads, layer.path, layer.reference,
                               options, strides=layer.strides)  # fmt: skip
         target, dw_shape = _ffi.TARGET, plan.filter_shape_ohwi

@@ -609,9 +609,9 @@ def default_smem_per_block() -> int:
 
 
 # The TF32 tiles' throughput in direct-convolution TFLOP/s where a tile's 128 x 128 channels are all the
-# layer's: 228-328 on the paper suite's layers where they fit (H200, thirty-eighth stop; docs/benchmarks.md),
-# taken near its low end. Channels past the layer's (a tile of 128 on 64) are computed and dropped: the rate
-# scales by the share used.
+# layer's: 228-328 on the paper suite's 3x3-9x9 layers where they fit, 232-343 on the real suite's (H200,
+# thirty-eighth stop; docs/benchmarks.md), taken near the low end. Channels past the layer's (96 of a tile's
+# 128) are computed and dropped: the rate scales by the share used (5x5 128:28:96->128 ran 180).
 TF32_TAP_TILES_TFLOPS = 240.0
 
 
