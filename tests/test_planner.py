@@ -264,10 +264,8 @@ def test_tf32_tiles_plan_runs_through_the_handler(rng):
                            padding=((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))  # fmt: skip
 
     def run(**options):
+        plan = _plan(32, 6, 20, 128, 128, 3, 3, path="tf32", mode="winrs", sm_count=132, **options)
         options = PlannerOptions(path="tf32", mode="winrs", sm_count=132, **options)
-        plan = winrs_jax.plan(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((3, 3, 128, 128),
-                              x.dtype), (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                              options=options)  # fmt: skip
         return plan, np.asarray(jax.jit(functools.partial(fn, options=options))(x, dy), np.float64)
 
     (tiles, dw), (direct, dw_direct), (winograd, dw_winograd) = (
