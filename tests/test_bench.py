@@ -53,6 +53,29 @@ def test_kernels_force_the_winrs_column_only(tmp_path, monkeypatch):
     assert rows["direct"]["max_rel_diff"] < 1e-5
 
 
+def test_forced_kernels_leave_autos_column_its_own_plan(tmp_path, monkeypatch):
+    """With --kernels, where auto chose WinRS, the auto column times auto's own plan (not the forced kernels'):
+    the thirty-eighth stop's run timed auto's choice with the forced pair."""
+    import dataclasses
+
+    from winrs_jax.bench import suite
+
+    monkeypatch.setenv("WINRS_JAX_CACHE_DIR", str(tmp_path))
+    plan = suite.winrs_jax.plan
+
+    def auto_takes_winrs(*args, options=None, **kwargs):  # on the CPU auto keeps XLA on this layer
+        result = plan(*args, options=options, **kwargs)
+        if options is not None and options.mode == "auto":
+            result = dataclasses.replace(result, choice="WinRS (measured: WinRS 1.000 ms, XLA 2.000 ms)")
+        return result
+
+    monkeypatch.setattr(suite.winrs_jax, "plan", auto_takes_winrs)
+    out = tmp_path / "rows.jsonl"
+    main(["--shape", "2:8:4:3", "--dtype", "f32_highest", "--repeats", "1", "--json", str(out), "--kernels", "0", "0"])
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert row["auto"] == "winrs" and row["auto_ms"] is not None, row
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
