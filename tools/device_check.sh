@@ -43,17 +43,18 @@ for stage in "$@"; do
       WINRS_JAX_TAP_BALANCED=0 "$(kernel_check)" bf16 >"$OUT/kernel-check-tap-uneven.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tap-uneven.log" | tail -30 ;;
     kcheck-tf32)
-      # The TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor (kernel_check asserts that
-      # its TF32 cases launched them), then under memcheck; and with them off, the direct kernel on mma.sync.
+      # The TF32 and split-TF32 T-tap tiles on wgmma (wgmma_tf32_taps.cuh) against the CPU executor
+      # (kernel_check asserts that each path's cases launched them), then under memcheck; and with them off,
+      # the direct kernel on mma.sync.
       # Time-limited and line-buffered: a kernel that waits for ever names its case and leaves the call's time
       # to the next stages.
-      WINRS_JAX_TF32_TAPS=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-taps.log" 2>&1 \
+      WINRS_JAX_TF32_TAPS=1 timeout 90 stdbuf -oL "$(kernel_check)" tf32 tf32x3 >"$OUT/kernel-check-tf32-taps.log" 2>&1 \
         || echo "kernel_check: exit $? after: $(tail -1 "$OUT/kernel-check-tf32-taps.log" | cut -c1-100)"
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-taps.log" | tail -30
-      WINRS_JAX_TF32_TAPS=1 timeout 150 compute-sanitizer --tool memcheck "$(kernel_check)" tf32 \
+      WINRS_JAX_TF32_TAPS=1 timeout 150 compute-sanitizer --tool memcheck "$(kernel_check)" ${SANITIZE_TF32_PATHS:-tf32 tf32x3} \
         >"$OUT/sanitizer-tf32-taps.log" 2>&1
       grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log"
-      WINRS_JAX_TF32_TAPS=0 timeout 90 "$(kernel_check)" tf32 >"$OUT/kernel-check-tf32-mma.log" 2>&1
+      WINRS_JAX_TF32_TAPS=0 timeout 90 "$(kernel_check)" tf32 tf32x3 >"$OUT/kernel-check-tf32-mma.log" 2>&1
       grep -E "FAILED|failures" "$OUT/kernel-check-tf32-mma.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.

@@ -220,9 +220,11 @@ int main(int argc, char** argv) {
     // (tap_run_even_split); on rows of 13 (too short once split), one tap. Again with 3 blocks
     // (WINRS_JAX_PERSISTENT_BLOCKS), each walking many tiles, its ring of buffers running across their runs
     // and their boundaries.
-    // (TF32 too, unless WINRS_JAX_TF32_TAPS=0: the tiles of wgmma_tf32_taps.cuh.)
-    const bool tf32_tiles =
-        static_cast<winrs::Path>(path) == winrs::Path::kTf32 && winrs::cuda::tf32_taps_enabled();
+    // (TF32 and split TF32 too, unless WINRS_JAX_TF32_TAPS=0: the tiles of wgmma_tf32_taps.cuh.)
+    const bool tf32_tiles = (static_cast<winrs::Path>(path) == winrs::Path::kTf32 ||
+                             static_cast<winrs::Path>(path) == winrs::Path::kTf32x3) &&
+                            winrs::cuda::tf32_taps_enabled();
+    const long long tf32_launches_before = winrs::cuda::tf32_taps_launches.load();
     for (const char* blocks : {"", "3"}) {
       if (winrs::storage_bytes(static_cast<winrs::Path>(path)) != 2 && !tf32_tiles) break;
       setenv("WINRS_JAX_PERSISTENT_BLOCKS", blocks, 1);
@@ -244,8 +246,9 @@ int main(int argc, char** argv) {
       unsetenv("WINRS_JAX_PERSISTENT_BLOCKS");
     }
     if (tf32_tiles) {  // the cases above must have run the TF32 tiles, not only mma.sync's fallback
-      const long long launches = winrs::cuda::tf32_taps_launches.load();
-      std::printf("TF32 T-tap tile launches: %lld\n", launches);
+      const long long launches = winrs::cuda::tf32_taps_launches.load() - tf32_launches_before;
+      std::printf("%s T-tap tile launches: %lld\n", winrs::path_info(static_cast<winrs::Path>(path)).name,
+                  launches);
       ++cases;
       failures += launches == 0;
     }

@@ -547,12 +547,12 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
       }
     }
 #if defined(WINRS_WGMMA_BUILT)
-    if constexpr (P == Path::kTf32) {
-      // TF32 T-tap tiles on wgmma unless WINRS_JAX_TF32_TAPS=0 (wgmma_tf32_taps.cuh; the planner's
-      // tf32_tap_tiles_fit, winrs/tap_runs.h, says where they take a plan); only where the sm_90a code was
-      // built (a plain sm_90 image has the kernel's empty body) and WINRS_JAX_WGMMA is not 0. A row of odd
-      // width has its last column split off (the TF32 tiles' steps are two positions of 32 images at every
-      // batch), which the direct kernel on mma.sync takes.
+    if constexpr (kTf32TilesPath<P>) {
+      // TF32 (and at HIGHEST split-TF32) T-tap tiles on wgmma unless WINRS_JAX_TF32_TAPS=0
+      // (wgmma_tf32_taps.cuh; the planner's tf32_tap_tiles_fit, winrs/tap_runs.h, says where they take a
+      // plan); only where the sm_90a code was built (a plain sm_90 image has the kernel's empty body) and
+      // WINRS_JAX_WGMMA is not 0. A row of odd width has its last column split off (the TF32 tiles' steps are
+      // two positions of 32 images at every batch), which the direct kernel on mma.sync takes.
       if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && tf32_taps_may_launch<P>(args)) {
         cudaError_t result = cudaSuccess;
         if (launch_split<P>(args, kTf32Images, stream, &result)) return result;

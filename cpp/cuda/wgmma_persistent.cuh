@@ -274,7 +274,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped,
     const char* overhead = std::getenv("WINRS_JAX_TAP_RUN_OVERHEAD");
     const int overhead_steps =
         overhead && overhead[0] ? std::max(std::atoi(overhead), 0) : kTapRunOverheadSteps;
-    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, overhead_steps,
+    args.grid = tap_run_grid(args.problem, args.grid, args.kernel, C::taps, sms, C::BN, C::BM, overhead_steps,
                              C::max_images);
   }
   const long long tiles = persistent_scheduler<C>(args).count();

@@ -11,11 +11,18 @@
 //   names, as the 16-bit tile does.
 // A step is two positions of 32 images at every batch (a multiple of 32), so that taps read X from their
 // step and one before (reach 1). Shared memory: two raw dY buffers, two raw X buffers and three K-major X
-// buffers of 32 KB (224 KB). A step's path: the issuer copies X (the TMA) -> the transposers transpose it ->
-// the consumers' MMAs, which read dY's raw buffer, copied beside. With one raw X buffer (a K-major one more)
-// the copy's latency was exposed at every step (stall samples, 3x3 32:56:256, H200, thirty-seventh stop).
-// Barriers, per buffer: grad_full / grad_empty (dY), input_full / input_empty (raw X), kmajor_full /
-// kmajor_empty (K-major X).
+// buffers of 32 KB (224 KB).
+// Split TF32 (float32 at HIGHEST, FP32-level accuracy; Split): the transposers write X's TF32 high part and
+// its TF32 remainder into two K-major buffers, the consumers split dY's fragments in registers, and each tap
+// and k8 slice takes three MMAs (low x high, high x low, high x high; low x low is below FP32's rounding).
+// Two K-major buffers a stage do not fit three stages of 128 input channels, so these tiles are 128 output x
+// 64 input channels (kTf32SplitXChannels): two dY, two raw X buffers of 16 KB and three stages of 2 x 16 KB
+// (192 KB). Each step's products go into a fresh partial sum that joins the running sum by an FP32 add, as
+// on mma.sync (gemm_mma.cuh, mma_tf32_product): the tensor cores' accumulation does not round to nearest. A
+// step's path: the issuer copies X (the TMA) -> the transposers transpose it -> the consumers' MMAs, which
+// read dY's raw buffer, copied beside. With one raw X buffer (a K-major one more) the copy's latency was
+// exposed at every step (stall samples, 3x3 32:56:256, H200, thirty-seventh stop). Barriers, per buffer:
+// grad_full / grad_empty (dY), input_full / input_empty (raw X), kmajor_full / kmajor_empty (K-major X).
 #pragma once
 
 #include <atomic>
@@ -27,30 +34,35 @@
 
 namespace winrs::cuda {
 
-template <int Taps>
+template <int Taps, bool Split = false>
 struct WgmmaTf32TapsConfig {
   static_assert(Taps == 2 || Taps == 3);
   static constexpr int variant = 0;
-  static constexpr Path path = Path::kTf32;
-  static constexpr Operand operand = Operand::kTF32;
+  static constexpr bool split = Split;
+  static constexpr Path path = Split ? Path::kTf32x3 : Path::kTf32;
+  static constexpr Operand operand = Split ? Operand::kTF32Split : Operand::kTF32;
   static constexpr bool tensor_cores = true, wgmma = true, tma = true;
   using Storage = float;
   using Smem = float;
   static constexpr int n = Taps, r = 1, taps = Taps;
-  static constexpr int BN = 128, BM = 128;  // output x input channels
+  static constexpr int BN = kTf32SideChannels;                                // output channels (dY)
+  static constexpr int BM = Split ? kTf32SplitXChannels : kTf32SideChannels;  // input channels (X)
   static constexpr int K = 8, copy_units = kTapRunUnits, max_images = kTf32Images;
-  static_assert(copy_units == kTf32StepUnits && BN == kTf32SideChannels && BM == kTf32SideChannels);
+  static_assert(copy_units == kTf32StepUnits);
   static constexpr int panel_channels = 32, panel_elems = copy_units * panel_channels;
-  static constexpr int side_panels = BN / panel_channels;
-  static constexpr int side_elems = side_panels * panel_elems;  // one side of a step, 128 channels: 32 KB
-  static constexpr int side_bytes = side_elems * 4;
+  static constexpr int grad_panels = BN / panel_channels, input_panels = BM / panel_channels;
+  static constexpr int grad_elems = grad_panels * panel_elems;    // a step's dY, 128 channels: 32 KB
+  static constexpr int input_elems = input_panels * panel_elems;  // a step's X (raw, or a K-major part)
+  static constexpr int grad_bytes = grad_elems * 4, input_bytes = input_elems * 4;
+  static constexpr int kmajor_parts = Split ? 2 : 1;  // the high part, then the low part
+  static constexpr int kmajor_elems = kmajor_parts * input_elems, kmajor_bytes = kmajor_elems * 4;
   static constexpr int grad_stages = 2, input_stages = 2, kmajor_stages = 3;
   static_assert(kTapRunUnits / max_images == 2 && Taps - 1 <= 2,
                 "two positions a step: taps read X from their step and one before (reach 1)");
   static_assert(kmajor_stages >= 3, "taps read their step and one before; the producer writes one ahead");
-  static constexpr int grad_base = 0, input_base = grad_stages * side_elems,
-                       kmajor_base = input_base + input_stages * side_elems;
-  static constexpr size_t copy_bytes = size_t(kmajor_base + kmajor_stages * side_elems) * 4;
+  static constexpr int grad_base = 0, input_base = grad_stages * grad_elems,
+                       kmajor_base = input_base + input_stages * input_elems;
+  static constexpr size_t copy_bytes = size_t(kmajor_base + kmajor_stages * kmajor_elems) * 4;
   static constexpr size_t smem_align = 1024;
   static constexpr size_t barrier_offset = copy_bytes;
   static constexpr int barriers = 2 * (grad_stages + input_stages + kmajor_stages);
@@ -65,12 +77,12 @@ struct Tf32TapRuns : TapRunWalk {
   __device__ Tf32TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
       : TapRunWalk(p, work, walk, C::taps, C::max_images) {}
 
-  __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::side_bytes) : 0u; }
+  __device__ uint32_t grad_bytes(int s) const { return computes(s) ? uint32_t(C::grad_bytes) : 0u; }
 
   // Step s's X (`input`) or dY into `buffer`, completing on `bar`.
   __device__ void issue(const OmegaArgs& args, const WorkTile& work, const UnitWalk& walk, float* buffer,
                         uint64_t* bar, int s, bool input) const {
-    boxes(work, walk, s, input ? C::side_panels : 0, input ? 0 : C::side_panels, C::panel_channels,
+    boxes(work, walk, s, input ? C::input_panels : 0, input ? 0 : C::grad_panels, C::panel_channels,
           [&](bool grad, int panel, int q, int c0, int c1, int c2, int c3) {
             tma_load_4d(buffer + panel * C::panel_elems + q * images * C::panel_channels,
                         grad ? &args.grad_map : &args.input_map, bar, c0, c1, c2, c3);
@@ -92,14 +104,19 @@ struct Tf32Tile {
         plan(args.problem, work, walk) {}
 };
 
-// The transposers' move of the raw X buffer into a K-major one, TF32-rounded (winrs/tf32_layout.h: its
-// blocks, their pieces and its host check); `thread` of kTf32TransposeThreads.
+// The transposers' move of the raw X buffer (Channels channels) into a K-major one, TF32-rounded, or for
+// Split into a K-major high part and, Channels x 64 floats on, the TF32-rounded remainder (winrs/numeric.h,
+// split_tf32; winrs/tf32_layout.h: the blocks, their pieces and the host check); `thread` of
+// kTf32TransposeThreads.
+template <int Channels, bool Split>
 __device__ __forceinline__ void tf32_transpose(const float* raw, float* kmajor, int thread) {
+  constexpr int its = tf32_transpose_its(Channels);
+  constexpr uint32_t low_bytes = 4u * kTf32StepUnits * Channels;
   const uint32_t raw_base = shared_address(raw), kmajor_base = shared_address(kmajor);
 #pragma unroll
-  for (int it = 0; it < kTf32TransposeIts; ++it) {
-    const Tf32TransposeBlock b = tf32_transpose_block(thread, it);
-    const int first_raw = tf32_block_raw(b), first_kmajor = tf32_block_kmajor(b);
+  for (int it = 0; it < its; ++it) {
+    const Tf32TransposeBlock b = tf32_transpose_block(thread, it, its);
+    const int first_raw = tf32_block_raw(b), first_kmajor = tf32_block_kmajor(b, Channels);
     uint32_t v[4][4];  // v[r][e]: unit 4 ug + r, channel 4 cg + e
 #pragma unroll
     for (int r = 0; r < 4; ++r)
@@ -108,30 +125,57 @@ __device__ __forceinline__ void tf32_transpose(const float* raw, float* kmajor, 
                    : "r"(raw_base + 4 * tf32_block_piece(first_raw, r))
                    : "memory");
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(kmajor_base +
-                                                                      4 * tf32_block_piece(first_kmajor, e)),
-                   "r"(tf32_bits(__uint_as_float(v[0][e]))), "r"(tf32_bits(__uint_as_float(v[1][e]))),
-                   "r"(tf32_bits(__uint_as_float(v[2][e]))), "r"(tf32_bits(__uint_as_float(v[3][e])))
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t at = kmajor_base + 4 * tf32_block_piece(first_kmajor, e);
+      uint32_t high[4], low[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        high[r] = tf32_bits(__uint_as_float(v[r][e]));
+        if constexpr (Split) low[r] = tf32_bits(__uint_as_float(v[r][e]) - __uint_as_float(high[r]));
+      }
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(high[0]), "r"(high[1]),
+                   "r"(high[2]), "r"(high[3])
                    : "memory");
+      if constexpr (Split)
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + low_bytes), "r"(low[0]),
+                     "r"(low[1]), "r"(low[2]), "r"(low[3])
+                     : "memory");
+    }
   }
 }
 
-// D (64 x 128, FP32) += A (64 x 8, TF32 registers) B (8 x 128, TF32, K-major in shared memory).
-__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+// D (64 x N, FP32) = A (64 x 8, TF32 registers) B (8 x N, TF32, K-major in shared memory) + D, or without
+// D's old value where Accumulate is false (wgmma's scale-d).
+template <int N, bool Accumulate = true>
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(N == 64 || N == 128);
 #if WINRS_WGMMA_CODE
 #define WINRS_D8(i)                                                                           \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
-      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
-      "%62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-      : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24), WINRS_D8(32), WINRS_D8(40), WINRS_D8(48),
-        WINRS_D8(56)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  if constexpr (N == 128) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+        "%59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24), WINRS_D8(32), WINRS_D8(40), WINRS_D8(48),
+          WINRS_D8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(int(Accumulate)));
+  }
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : WINRS_D8(0), WINRS_D8(8), WINRS_D8(16), WINRS_D8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(int(Accumulate)));
+  }
 #undef WINRS_D8
 #endif
 }
@@ -142,17 +186,23 @@ __device__ __forceinline__ uint64_t tf32_kmajor_descriptor(const float* p) {
 }
 
 // The consumers' GEMM: warpgroup g multiplies output channels 64 g .. 64 g + 63 (dY's fragments) by the
-// tile's 128 input channels for each tap. A step is eight groups of one k8 slice x T taps (the probe ran four
+// tile's BM input channels for each tap. A step is eight groups of one k8 slice x T taps (the probe ran four
 // groups of two slices); a group's fragment sits in one of two register sets, loaded again once the group two
 // before, which read it, is done (wait<1>): sets of two slices left ptxas short of registers beside 192
 // accumulators. The sets are members, alive across steps: a set that an MMA may still read is never a
-// register the compiler thinks free (pin after the wait).
+// register the compiler thinks free (pin after the wait). Split: a set holds the fragment's high and low
+// parts, and the step's products go into `partial`, added into `acc` at the next step's first group (after
+// wait<0>: the step's MMAs done) or at retire.
 template <class C>
 struct Tf32TapRunsGemm {
-  static constexpr int accumulators = 64 * C::taps;
+  static constexpr int per_tap = C::BM / 2;  // a thread's accumulators of an m64nBMk8 product
+  static constexpr int accumulators = per_tap * C::taps;
+  static constexpr int partials = C::split ? C::taps : 0;
   int fragment[4];  // this thread's fragment offsets in a raw dY buffer for slice 0 (+256 floats a slice)
-  float acc[C::taps][64];
-  uint32_t a[2][4];  // two register sets of one k8 slice's fragment
+  float acc[C::taps][per_tap];
+  float partial[partials > 0 ? partials : 1][C::split ? per_tap : 1];
+  bool pending;                                  // split: `partial` holds a step's products not yet in `acc`
+  uint32_t a[2][4], a_low[2][C::split ? 4 : 1];  // two register sets of one k8 slice's fragment
 
   __device__ void init(int tid) {
     // Consumer warps 0..7: rows 16 (tid / 32) .. of the tile's 128 output channels.
@@ -162,13 +212,31 @@ struct Tf32TapRunsGemm {
 #pragma unroll
     for (int j = 0; j < C::taps; ++j)
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[j][i] = 0.0f;
+      for (int i = 0; i < per_tap; ++i) acc[j][i] = 0.0f;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[h][r] = 0u;
+      for (int r = 0; r < 4; ++r) {
+        a[h][r] = 0u;
+        if constexpr (C::split) a_low[h][r] = 0u;
+      }
+    pending = false;
   }
   __device__ const float* column(int j) const { return acc[j]; }
+
+  // Split: the last step's products into the running sums, once its MMAs are done (wait<0> before).
+  __device__ void fold() {
+    if constexpr (C::split) {
+      if (!pending) return;
+#pragma unroll
+      for (int j = 0; j < C::taps; ++j) {
+        pin_registers(partial[j]);
+#pragma unroll
+        for (int i = 0; i < per_tap; ++i) acc[j][i] += partial[j][i];
+      }
+      pending = false;
+    }
+  }
 
   // Step g of the block (its K-major buffer g % kmajor_stages), dY from `grad`, two positions. A tile of
   // fewer taps than T (a row's last, or a balanced cut) multiplies all T and drops the rest at its output:
@@ -182,24 +250,45 @@ struct Tf32TapRunsGemm {
     const uint64_t base = tf32_kmajor_descriptor(kmajor);
     static_for<0, 8>([&](auto slice_constant) {
       constexpr int slice = decltype(slice_constant)::value, h = slice % 2;
-      wgmma_wait<1>();
+      if constexpr (C::split && slice == 0) {
+        wgmma_wait<0>();  // the step before's products, in `partial`, are done
+        fold();
+      } else {
+        wgmma_wait<1>();
+      }
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pin_register(a[h][r]);
+      for (int r = 0; r < 4; ++r) {
+        pin_register(a[h][r]);
+        if constexpr (C::split) pin_register(a_low[h][r]);
+      }
       if constexpr (slice == 1) previous_done();
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[h][r] = tf32_bits(grad[fragment[r] + 256 * slice]);
+      for (int r = 0; r < 4; ++r) {
+        const float v = grad[fragment[r] + 256 * slice];
+        a[h][r] = tf32_bits(v);
+        if constexpr (C::split) a_low[h][r] = tf32_bits(v - __uint_as_float(a[h][r]));
+      }
       wgmma_fence();
       static_for<0, C::taps>([&](auto t) {
         constexpr int j = decltype(t)::value;
         // K-block slice / 2 (16 units) of tap j: its X `back` steps before, from unit `row` of that step; the
         // slice is its half at row + 8 (whole k8 slices: 32-byte offsets in a K-major atom).
         constexpr TapXPlace x = tap_x_place(C::taps, Positions, slice / 2, j);
-        const uint32_t buffer = uint32_t(g - x.back) % C::kmajor_stages * C::side_bytes;
-        const uint32_t offset = buffer + uint32_t(4 * tf32_kmajor_index(0, x.row + 8 * (slice % 2)));
-        wgmma_m64n128k8_tf32_rs(acc[j], a[h], base + (offset >> 4));
+        const uint32_t buffer = uint32_t(g - x.back) % C::kmajor_stages * C::kmajor_bytes;
+        const uint32_t offset = buffer + uint32_t(4 * tf32_kmajor_index(0, x.row + 8 * (slice % 2), C::BM));
+        const uint64_t high = base + (offset >> 4);
+        if constexpr (C::split) {
+          const uint64_t low = base + ((offset + C::input_bytes) >> 4);
+          wgmma_tf32_rs<C::BM, slice != 0>(partial[j], a_low[h], high);
+          wgmma_tf32_rs<C::BM>(partial[j], a[h], low);
+          wgmma_tf32_rs<C::BM>(partial[j], a[h], high);
+        } else {
+          wgmma_tf32_rs<C::BM>(acc[j], a[h], high);
+        }
       });
       wgmma_commit();
     });
+    if constexpr (C::split) pending = true;
   }
 
   template <int Pending>
@@ -207,6 +296,7 @@ struct Tf32TapRunsGemm {
     wgmma_wait<Pending>();
 #pragma unroll
     for (int j = 0; j < C::taps; ++j) pin_registers(acc[j]);
+    if constexpr (Pending == 0) fold();
   }
 };
 
@@ -274,12 +364,12 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
         if (step.tile != tile.index) tile = Tf32Tile<C>(args, scheduler, step.tile);
         const int is = g % C::input_stages, gs = g % C::grad_stages;
         if (g >= C::input_stages) mbarrier_wait(input_empty + is, (g / C::input_stages - 1) & 1);
-        mbarrier_arrive_expect(input_full + is, uint32_t(C::side_bytes));
-        tile.plan.issue(args, tile.work, tile.walk, inputs + is * C::side_elems, input_full + is, step.s,
+        mbarrier_arrive_expect(input_full + is, uint32_t(C::input_bytes));
+        tile.plan.issue(args, tile.work, tile.walk, inputs + is * C::input_elems, input_full + is, step.s,
                         true);
         if (g >= C::grad_stages) mbarrier_wait(grad_empty + gs, (g / C::grad_stages - 1) & 1);
         mbarrier_arrive_expect(grad_full + gs, tile.plan.grad_bytes(step.s));
-        tile.plan.issue(args, tile.work, tile.walk, grads + gs * C::side_elems, grad_full + gs, step.s,
+        tile.plan.issue(args, tile.work, tile.walk, grads + gs * C::grad_elems, grad_full + gs, step.s,
                         false);
       }
       return;
@@ -288,7 +378,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       const int is = g % C::input_stages, ks = g % C::kmajor_stages;
       mbarrier_wait(input_full + is, (g / C::input_stages) & 1);
       if (g >= C::kmajor_stages) mbarrier_wait(kmajor_empty + ks, (g / C::kmajor_stages - 1) & 1);
-      tf32_transpose(inputs + is * C::side_elems, kmajors + ks * C::side_elems, threadIdx.x - 32);
+      tf32_transpose<C::BM, C::split>(inputs + is * C::input_elems, kmajors + ks * C::kmajor_elems,
+                                      threadIdx.x - 32);
       fence_async_proxy();  // the transposed X visible to the MMAs (async proxy)
       __syncwarp();         // every lane's loads and stores before lane 0's arrivals
       if (lane == 0) {
@@ -320,7 +411,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       mbarrier_wait(grad_full + gs, (g / C::grad_stages) & 1);
       mbarrier_wait(kmajor_full + ks, (g / C::kmajor_stages) & 1);
       if (plan.computes(s) && !idle) {
-        gemm.run(grads + gs * C::side_elems, kmajors, g, [&] { release_through(g - 1 - plan.reach); });
+        gemm.run(grads + gs * C::grad_elems, kmajors, g, [&] { release_through(g - 1 - plan.reach); });
       } else {
         wgmma_fence();
         wgmma_commit();  // an empty group keeps the count uniform
@@ -353,10 +444,17 @@ inline std::atomic<long long> tf32_taps_launches{0};
 // compare them; the planner reads the same switch, planner.py).
 inline bool tf32_taps_enabled() { return env_flag("WINRS_JAX_TF32_TAPS") != '0'; }
 
-// Launches the TF32 T-tap tiles of T taps on the maps (launch_persistent_block); counts the launches.
-template <int Taps>
+// Whether path P runs the split-TF32 tiles (float32 at HIGHEST) rather than the TF32 ones.
+template <Path P>
+inline constexpr bool kTf32TilesSplit = P == Path::kTf32x3;
+template <Path P>
+inline constexpr bool kTf32TilesPath = P == Path::kTf32 || P == Path::kTf32x3;
+
+// Launches the TF32 (or split-TF32) T-tap tiles of T taps on the maps (launch_persistent_block); counts the
+// launches of both.
+template <int Taps, bool Split>
 bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
-  using C = WgmmaTf32TapsConfig<Taps>;
+  using C = WgmmaTf32TapsConfig<Taps, Split>;
   if (!launch_persistent_block<C>(persistent_tf32_kernel<C>, mapped, stream, result)) return false;
   tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -368,19 +466,19 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
 // template, as launch_tf32_taps.)
 template <Path P>
 bool tf32_taps_may_launch(const OmegaArgs& args) {
-  static_assert(P == Path::kTf32);
+  static_assert(kTf32TilesPath<P>);
   const Problem& p = args.problem;
+  using C = WgmmaTf32TapsConfig<3, kTf32TilesSplit<P>>;
   return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
-         tf32_tap_tile_data(p) &&
-         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<WgmmaTf32TapsConfig<3>>));
+         tf32_tap_tile_data(p) && loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<C>));
 }
 
 // Launches the TF32 T-tap tiles (their maps set here) where they apply: tf32_taps_may_launch, and T-tap rows
 // (persistent_taps at two positions a step gives 2 or 3). False with nothing launched otherwise; else *result
-// is the launch's status. (A template, so that only the TF32 path's translation units compile the kernels.)
+// is the launch's status. (A template, so that only the TF32 paths' translation units compile the kernels.)
 template <Path P>
 bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* result) {
-  static_assert(P == Path::kTf32);
+  static_assert(kTf32TilesPath<P>);
   const Problem& p = args.problem;
   if (!tf32_taps_may_launch<P>(args)) return false;
   const int taps = persistent_taps(p, args.grid, args.kernel, kTf32Images);
@@ -390,8 +488,8 @@ bool launch_tf32_taps(const OmegaArgs& args, cudaStream_t stream, cudaError_t* r
                                kTf32Images) ||
       !encode_tf32_pixel_boxes(&mapped.input_map, args.input, p.batch, p.in_h, p.in_w, p.in_c, kTf32Images))
     return false;
-  return taps == 3 ? launch_tf32_taps_config<3>(mapped, stream, result)
-                   : launch_tf32_taps_config<2>(mapped, stream, result);
+  return taps == 3 ? launch_tf32_taps_config<3, kTf32TilesSplit<P>>(mapped, stream, result)
+                   : launch_tf32_taps_config<2, kTf32TilesSplit<P>>(mapped, stream, result);
 }
 
 }  // namespace winrs::cuda

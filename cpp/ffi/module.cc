@@ -214,9 +214,10 @@ NB_MODULE(_winrs, m) {
         // Whether a 3D layer of this 2D problem may read X in place (winrs_backward_filter_3d).
         d["reads_depth_in_place"] = winrs::reads_depth_in_place(op.problem, plan);
         // Whether Hopper's TF32 T-tap tiles would take this plan (winrs/tap_runs.h): the direct kernel alone
-        // on the TF32 path.
-        d["tf32_tap_tiles"] = plan.supported && plan.path == winrs::Path::kTf32 && plan.variant0 == 0 &&
-                              plan.variant1 == 0 &&
+        // on the TF32 or split-TF32 path.
+        d["tf32_tap_tiles"] = plan.supported &&
+                              (plan.path == winrs::Path::kTf32 || plan.path == winrs::Path::kTf32x3) &&
+                              plan.variant0 == 0 && plan.variant1 == 0 &&
                               winrs::tf32_tap_tiles_fit(op.problem, plan.grid, problems);
         return d;
       },

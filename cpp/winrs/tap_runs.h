@@ -246,22 +246,24 @@ inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int pr
 // run would copy T - 1 positions of X alone for every one or two it computes; atomic adds let any cut of dY
 // into segments sum into dW, and each tap's sum keeps its terms. So: bands of rows, columns of whole steps,
 // and parts of the batch (boxes of max_images images each, 64 unless a config asks fewer), the cut that takes
-// the fewest waves of `sms` tiles of `channels`-wide channel blocks times a tile's steps (and overhead_steps
-// for its start and its output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go up to 8 each,
-// bands up to 4 x sms. `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an experiment
-// (WINRS_JAX_TAP_RUN_OVERHEAD). 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3 128:16:256 0.097
+// the fewest waves of `sms` tiles of out_channels x in_channels blocks times a tile's steps (and
+// overhead_steps for its start and its output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go
+// up to 8 each, bands up to 4 x sms. `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an
+// experiment (WINRS_JAX_TAP_RUN_OVERHEAD). 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3
+// 128:16:256 0.097
 // -> 0.086 ms, 5x5 32:32:256 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7
 // 32:16:512 and 3x3 32:28:512 even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3
 // 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
-                                int channels = 128, int overhead_steps = kTapRunOverheadSteps,
-                                int max_images = kTapRunUnits) {
+                                int out_channels = 128, int in_channels = 128,
+                                int overhead_steps = kTapRunOverheadSteps, int max_images = kTapRunUnits) {
   constexpr int kMaxCuts = 8;
   const TapRunShape shape = tap_run_shape(p.batch, taps, max_images);
   const int positions = shape.positions, chunks = shape.chunks, reach = shape.reach;
   const long long per_segment = p.filter_h * ((p.filter_w + taps - 1) / taps) *
-                                ((p.out_c + channels - 1) / channels) * ((p.in_c + channels - 1) / channels);
+                                ((p.out_c + out_channels - 1) / out_channels) *
+                                ((p.in_c + in_channels - 1) / in_channels);
   const int out_h = planned.out_h, region = kernel == 0 ? planned.width0 : planned.out_w - planned.width0;
   const int most_cols = kernel == 1 ? 1 : out_h == 1 ? kMaxCuts * sms : kMaxCuts;
   SegmentGrid best = planned;

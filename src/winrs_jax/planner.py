@@ -115,9 +115,10 @@ class PlannerOptions:
     path: force the arithmetic path, one of PATHS that the dtype allows: "fp32", "tf32x3" or "tf32" for
         float32, "bf16" for bfloat16, "fp16" for float16. By default float32 follows `precision` as XLA does on
         the platform (see resolve_paths).
-    tf32_tiles: whether float32 layers at the default precision may run Hopper's TF32 tiles (the direct kernel
-        as a persistent kernel on wgmma, 3 filter columns of 128 x 128 channels a tile), which the planner
-        picks where they fit and its rates say they are faster than the Winograd kernels. By default (None):
+    tf32_tiles: whether float32 layers may run Hopper's TF32 tiles (the direct kernel as a persistent kernel on
+        wgmma, 3 filter columns of 128 x 128 channels a tile; at HIGHEST precision split TF32 on 128 x 64
+        channels), which the planner picks where they fit and its rates say they are faster than the Winograd
+        kernels. By default (None):
         on an sm_90 GPU with the package's sm_90a kernels built, unless $WINRS_JAX_TF32_TAPS (or a switch that
         keeps Hopper's wgmma or persistent kernels off: WINRS_JAX_WGMMA, WINRS_JAX_PERSISTENT,
         WINRS_JAX_TAP_RUNS) is 0.
@@ -613,6 +614,11 @@ def default_smem_per_block() -> int:
 # thirty-eighth stop; docs/benchmarks.md), taken near the low end. Channels past the layer's (96 of a tile's
 # 128) are computed and dropped: the rate scales by the share used (5x5 128:28:96->128 ran 180).
 TF32_TAP_TILES_TFLOPS = 240.0
+# The split-TF32 tiles (float32 at HIGHEST): three products a pair on 128 x 64-channel tiles, so a third of
+# the tensor cores' TF32 rate at best; not yet measured on a GPU, so taken at the TF32 tiles' efficiency.
+TF32X3_TAP_TILES_TFLOPS = 80.0
+# A tile's output x input channels on each path (cpp/cuda/wgmma_tf32_taps.cuh, WgmmaTf32TapsConfig).
+_TF32_TILE_CHANNELS = {"tf32": (128, 128), "tf32x3": (128, 64)}
 
 
 # Launch-time switches that keep the TF32 tiles off (the kernels' launch reads them too): the tiles themselves,
@@ -635,12 +641,15 @@ def _first_gpu_is_sm90() -> bool:
 
 
 def tf32_tiles_seconds(
-    batch: int, out_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int]
+    batch: int, out_hw: tuple[int, int], in_c: int, out_c: int, filter_hw: tuple[int, int], path: str = "tf32"
 ) -> float:
-    """The TF32 tiles' time by TF32_TAP_TILES_TFLOPS and the share of their channels the layer uses."""
+    """The TF32 (or split-TF32, path "tf32x3") tiles' time by their rate and the share of their channels the
+    layer uses."""
     flops = 2.0 * batch * out_hw[0] * out_hw[1] * out_c * filter_hw[0] * filter_hw[1] * in_c
-    share = in_c / (128 * -(-in_c // 128)) * out_c / (128 * -(-out_c // 128))
-    return flops / (TF32_TAP_TILES_TFLOPS * 1e12 * share)
+    tile_out, tile_in = _TF32_TILE_CHANNELS[path]
+    share = in_c / (tile_in * -(-in_c // tile_in)) * out_c / (tile_out * -(-out_c // tile_out))
+    rate = TF32_TAP_TILES_TFLOPS if path == "tf32" else TF32X3_TAP_TILES_TFLOPS
+    return flops / (rate * 1e12 * share)
 
 
 def default_sm_count() -> int:
@@ -1208,9 +1217,9 @@ def _plan_canonical(
     # On Hopper the TF32 tiles take the direct kernel's plan where they fit: the planner's kernels unless the
     # tiles' rate makes them faster. (The plan forces the pair (0, 0), which the handler plans again.)
     tiles = False
-    if raw["supported"] and path == "tf32" and options.tf32_tiles and options.kernels is None:
+    if raw["supported"] and path in _TF32_TILE_CHANNELS and options.tf32_tiles and options.kernels is None:
         direct = make((0, 0))
-        seconds = tf32_tiles_seconds(batch, out_hw, in_c, out_c, filter_hw)
+        seconds = tf32_tiles_seconds(batch, out_hw, in_c, out_c, filter_hw, path)
         if direct["tf32_tap_tiles"] and seconds < raw["predicted_seconds"]:
             raw, forced_kernels, tiles = {**direct, "predicted_seconds": seconds}, (0, 0), True
     if not raw["supported"]:

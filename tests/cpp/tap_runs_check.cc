@@ -74,7 +74,7 @@ void replay(const Layer& l, int kernel, int sms, std::vector<int>& count) {
   if (!winrs::tap_runs_fit(p, planned, kernel, taps, l.rules))
     return fail(l, "the layer should fit", kernel, taps);
   // The launch's grid: tap_run_grid's cut.
-  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms, 128,
+  const SegmentGrid grid = winrs::tap_run_grid(p, planned, kernel, taps, sms, 128, 128,
                                                winrs::kTapRunOverheadSteps, l.rules.max_images);
   const winrs::TileScheduler scheduler = winrs::make_scheduler(p, grid, kernel, taps, 128, 128, 1, balanced);
   // Every block's tiles b, b + sms, ..., as the kernels walk them.

@@ -1,5 +1,6 @@
 // Host check of the TF32 T-tap tiles' shared-memory layouts (cpp/winrs/tf32_layout.h; run by
-// tests/test_tap_runs.py): the raw and K-major indices are bijections of a step's 64 x 128 elements, in
+// tests/test_tap_runs.py): the raw and K-major indices are bijections of a step's 64 x 128 elements (64 x 64
+// on the split-TF32 tiles' X side), in
 // 16-byte pieces that stay whole; a k8 slice of the raw buffer is 256 floats further with the same swizzle
 // (the consumers' fragment loads take immediate offsets); the producer's transpose reads every element once
 // without bank conflicts; and every tap's K-block of X (tap_x_place) starts on a whole k8 slice of one
@@ -23,28 +24,31 @@ void expect(bool ok, const char* what, int a = 0, int b = 0) {
 
 int main() {
   using namespace winrs;
-  std::vector<int> raw(kTf32SideElems), kmajor(kTf32SideElems);
-  for (int k = 0; k < kTf32StepUnits; ++k)
-    for (int c = 0; c < kTf32SideChannels; ++c) {
-      const int r = tf32_raw_index(k, c), m = tf32_kmajor_index(c, k);
-      expect(r >= 0 && r < kTf32SideElems, "raw index in range", k, c);
-      expect(m >= 0 && m < kTf32SideElems, "K-major index in range", c, k);
-      if (r >= 0 && r < kTf32SideElems) ++raw[r];
-      if (m >= 0 && m < kTf32SideElems) ++kmajor[m];
-      // Four consecutive channels (raw) or units (K-major) from a multiple of 4 are one 16-byte piece.
-      expect(r % 4 == c % 4 && (c % 4 != 0 || tf32_raw_index(k, c + 3) == r + 3), "raw piece whole", k, c);
-      expect(m % 4 == k % 4 && (k % 4 != 0 || tf32_kmajor_index(c, k + 3) == m + 3), "K-major piece whole", c,
-             k);
-      if (k + 8 < kTf32StepUnits)
-        expect(tf32_raw_index(k + 8, c) == r + 256, "a k8 slice 256 floats on, same swizzle", k, c);
+  for (const int channels : {kTf32SideChannels, kTf32SplitXChannels}) {  // TF32's sides, split TF32's X side
+    const int elems = kTf32StepUnits * channels;
+    std::vector<int> raw(elems), kmajor(elems);
+    for (int k = 0; k < kTf32StepUnits; ++k)
+      for (int c = 0; c < channels; ++c) {
+        const int r = tf32_raw_index(k, c), m = tf32_kmajor_index(c, k, channels);
+        expect(r >= 0 && r < elems, "raw index in range", k, c);
+        expect(m >= 0 && m < elems, "K-major index in range", c, k);
+        if (r >= 0 && r < elems) ++raw[r];
+        if (m >= 0 && m < elems) ++kmajor[m];
+        // Four consecutive channels (raw) or units (K-major) from a multiple of 4 are one 16-byte piece.
+        expect(r % 4 == c % 4 && (c % 4 != 0 || tf32_raw_index(k, c + 3) == r + 3), "raw piece whole", k, c);
+        expect(m % 4 == k % 4 && (k % 4 != 0 || tf32_kmajor_index(c, k + 3, channels) == m + 3),
+               "K-major piece whole", c, k);
+        if (k + 8 < kTf32StepUnits)
+          expect(tf32_raw_index(k + 8, c) == r + 256, "a k8 slice 256 floats on, same swizzle", k, c);
+      }
+    for (int e = 0; e < elems; ++e) {
+      expect(raw[e] == 1, "raw index a bijection", e, raw[e]);
+      expect(kmajor[e] == 1, "K-major index a bijection", e, kmajor[e]);
     }
-  for (int e = 0; e < kTf32SideElems; ++e) {
-    expect(raw[e] == 1, "raw index a bijection", e, raw[e]);
-    expect(kmajor[e] == 1, "K-major index a bijection", e, kmajor[e]);
+    const Tf32TransposeFaults faults = tf32_transpose_faults(channels);
+    expect(faults.worst_ways == 1, "transpose without bank conflicts", faults.worst_ways, channels);
+    expect(faults.missed == 0, "transpose reads every element once", faults.missed, channels);
   }
-  const Tf32TransposeFaults faults = tf32_transpose_faults();
-  expect(faults.worst_ways == 1, "transpose without bank conflicts", faults.worst_ways);
-  expect(faults.missed == 0, "transpose reads every element once", faults.missed);
   for (int taps = 2; taps <= 3; ++taps)
     for (int positions = 1; positions <= 2; ++positions)
       for (int sub = 0; sub < kTapRunUnits / kTapRunBlock; ++sub)
