@@ -306,27 +306,31 @@ def test_tap_tiles_match_the_cpu(layer, path, blocks, rng, monkeypatch):
     np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=1e-5 * np.abs(cpu).max())
 
 
-def test_tf32_plans_take_the_tiles_on_hopper(rng, monkeypatch):
-    """On an sm_90 GPU a float32 layer at DEFAULT precision where the TF32 tiles fit and beat the Winograd kernels
-    plans them by default (planner.py, default_tf32_tiles) and runs them: within TF32's error of the float64
-    reference, as the direct kernel on mma.sync with them off."""
+@pytest.mark.parametrize("path", ["tf32", "tf32x3"])
+def test_tf32_plans_take_the_tiles_on_hopper(path, rng, monkeypatch):
+    """On an sm_90 GPU a float32 layer at DEFAULT precision (split TF32: the path HIGHEST may run) where the TF32
+    tiles fit and beat the Winograd kernels plans them by default (planner.py, default_tf32_tiles) and runs them:
+    within the error of the direct kernel on mma.sync with them off, against the float64 reference (split TF32:
+    FP32-level, where a dropped low part would leave TF32's error, about a thousand times more)."""
     if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
         pytest.skip("the TF32 tiles run on sm_90 with the sm_90a kernels built")
+    forced = {"path": path} if path == "tf32x3" else {}
     x_shape, dy_shape = (32, 14, 16, 128), (32, 14, 16, 128)
-    x, dy = _inputs(rng, "tf32", x_shape, dy_shape)
+    x, dy = _inputs(rng, path, x_shape, dy_shape)
     plan = winrs_jax.plan(jax.ShapeDtypeStruct(x_shape, jnp.float32), jax.ShapeDtypeStruct((3, 3, 128, 128),
                           jnp.float32), (1, 1), ((1, 1), (1, 1)), dimension_numbers=DN,
-                          options=winrs_jax.PlannerOptions(mode="winrs"))  # fmt: skip
-    assert plan.tf32_tiles and plan.path == "tf32", str(plan)
+                          options=winrs_jax.PlannerOptions(mode="winrs", **forced))  # fmt: skip
+    assert plan.tf32_tiles and plan.path == path, str(plan)
     ref = _reference(x, dy, (3, 3), (1, 1, 1, 1))
     launches = _winrs.tf32_tile_launches()
-    tiles = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs")
+    tiles = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", **forced)
     assert _winrs.tf32_tile_launches() > launches
     monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "0")  # read by the planner and at each launch
     launches = _winrs.tf32_tile_launches()
-    direct = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", kernels=(0, 0))
+    direct = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", kernels=(0, 0), **forced)
     assert _winrs.tf32_tile_launches() == launches
-    assert mare(tiles, ref) <= 1.5 * mare(direct, ref) + 1e-7, (mare(tiles, ref), mare(direct, ref))
+    factor, slack = (1.5, 1e-7) if path == "tf32" else (3.0, 1e-9)
+    assert mare(tiles, ref) <= factor * mare(direct, ref) + slack, (mare(tiles, ref), mare(direct, ref))
 
 
 def test_stacked_problems_beyond_one_launch(rng):

@@ -221,37 +221,51 @@ def test_wide_unstrided_layers_run_the_one_tap_block(batch, size, channels, filt
 
 @pytest.mark.parametrize(
     "batch, size, in_c, out_c, filter_w, options, taken",
-    [(32, 56, 256, 256, 3, {}, True), (32, 14, 1024, 1024, 3, {}, True), (128, 28, 96, 128, 5, {}, True),
-     (32, 64, 256, 256, 4, {}, True),
-     (32, 56, 64, 64, 3, {}, False),  # the 64-channel block, not the tiles' (launch_direct, tf32_tap_tiles_fit)
-     (32, 56, 64, 256, 3, {}, False),  # the filter-row tile (one side of 64 channels)
-     (16, 64, 128, 128, 3, {}, False),  # not whole boxes of 32 images
-     (128, 7, 512, 512, 3, {}, False),  # rows too short for 3-tap runs (tap_runs.h, tap_runs_fit)
-     (32, 56, 256, 256, 3, {"deterministic": True}, False),  # the tiles add their segments atomically
-     (32, 56, 256, 256, 3, {"kernels": (4, 4)}, False)],  # forced kernels stay forced
+    [(32, 56, 256, 256, 3, {}, (True, True)), (32, 14, 1024, 1024, 3, {}, (True, True)),
+     (128, 28, 96, 128, 5, {}, (True, False)),  # split TF32: 96 of two tiles' 128 input channels, a third the rate
+     (32, 64, 256, 256, 4, {}, (True, True)),
+     (32, 56, 64, 64, 3, {}, (False, False)),  # the 64-channel block, not the tiles' (tf32_tap_tiles_fit)
+     (32, 56, 64, 256, 3, {}, (False, False)),  # the filter-row tile (one side of 64 channels)
+     (16, 64, 128, 128, 3, {}, (False, False)),  # not whole boxes of 32 images
+     (128, 7, 512, 512, 3, {}, (False, False)),  # rows too short for 3-tap runs (tap_runs.h, tap_runs_fit)
+     (32, 56, 256, 256, 3, {"deterministic": True}, (False, False)),  # the tiles add their segments atomically
+     (32, 56, 256, 256, 3, {"kernels": (4, 4)}, (False, False))],  # forced kernels stay forced
 )  # fmt: skip
 def test_tf32_tiles_take_the_direct_kernel_where_they_fit(batch, size, in_c, out_c, filter_w, options, taken):
-    """Where Hopper's TF32 tiles fit (cpp/winrs/tap_runs.h, tf32_tap_tiles_fit) and their rate makes them faster
-    than the planner's Winograd kernels, a TF32 plan forces the direct kernel, which they then run, with their
-    predicted time; elsewhere, without them (a GPU other than Hopper's) and on the other float32 paths, the
-    planner's kernels stay."""
+    """Where Hopper's TF32 tiles (split TF32 at HIGHEST) fit (cpp/winrs/tap_runs.h, tf32_tap_tiles_fit) and their
+    rate makes them faster than the planner's Winograd kernels, a TF32 or split-TF32 plan forces the direct
+    kernel, which they then run, with their predicted time; elsewhere, without them (a GPU other than Hopper's)
+    and on the FP32 path, the planner's kernels stay."""
     pads = (1, 1, filter_w // 2, filter_w // 2)
     shape = (batch, (size, size), in_c, out_c, (3, filter_w), pads)
-    without = plan_canonical(*shape, "tf32", "tf32", PlannerOptions(sm_count=132, tf32_tiles=False, **options))
-    plan = plan_canonical(*shape, "tf32", "tf32", PlannerOptions(sm_count=132, tf32_tiles=True, **options))
-    assert plan.tf32_tiles == taken and ("TF32 tiles" in str(plan)) == taken, str(plan)
-    assert not without.tf32_tiles and "TF32 tiles" not in str(without)
-    if taken:
-        assert [k.index for k in without.kernels] != [0], "the planner's own choice is Winograd here"
-        assert [k.index for k in plan.kernels] == [0] and plan.forced_kernels == (0, 0)
-        out_hw = plan.out_grad_hw
-        assert plan.predicted_seconds == planner.tf32_tiles_seconds(batch, out_hw, in_c, out_c, (3, filter_w))
-        assert plan.predicted_seconds < without.predicted_seconds
-    else:
-        assert plan == without
-    for path, reference in (("tf32x3", "fp32"), ("fp32", "fp32")):
-        other = plan_canonical(*shape, path, reference, PlannerOptions(sm_count=132, tf32_tiles=True, **options))
-        assert not other.tf32_tiles
+    for (path, reference), path_taken in zip((("tf32", "tf32"), ("tf32x3", "fp32")), taken, strict=True):
+        without = plan_canonical(*shape, path, reference, PlannerOptions(sm_count=132, tf32_tiles=False, **options))
+        plan = plan_canonical(*shape, path, reference, PlannerOptions(sm_count=132, tf32_tiles=True, **options))
+        words = "split-TF32 tiles" if path == "tf32x3" else "TF32 tiles"
+        assert plan.tf32_tiles == path_taken and (words in str(plan)) == path_taken, (path, str(plan))
+        assert not without.tf32_tiles and "TF32 tiles" not in str(without)
+        if path_taken:
+            assert [k.index for k in without.kernels] != [0], "the planner's own choice is Winograd here"
+            assert [k.index for k in plan.kernels] == [0] and plan.forced_kernels == (0, 0)
+            seconds = planner.tf32_tiles_seconds(batch, plan.out_grad_hw, in_c, out_c, (3, filter_w), path)
+            assert plan.predicted_seconds == seconds
+            assert plan.predicted_seconds < without.predicted_seconds
+        else:
+            assert plan == without
+    other = plan_canonical(*shape, "fp32", "fp32", PlannerOptions(sm_count=132, tf32_tiles=True, **options))
+    assert not other.tf32_tiles
+
+
+def test_split_tf32_tiles_rate_counts_their_64_input_channels():
+    """The split-TF32 tiles are 128 output x 64 input channels (cpp/cuda/wgmma_tf32_taps.cuh): a layer of 64
+    input channels fills them, one of 96 uses three quarters of two; at a third of the TF32 tiles' products'
+    rate they take longer than the TF32 tiles on the same layer."""
+    args = (32, (56, 56), 64, 256, (3, 3))
+    full = planner.tf32_tiles_seconds(*args, "tf32x3")
+    flops = 2.0 * 32 * 56 * 56 * 64 * 256 * 9
+    assert full == pytest.approx(flops / (planner.TF32X3_TAP_TILES_TFLOPS * 1e12))
+    assert planner.tf32_tiles_seconds(32, (56, 56), 96, 256, (3, 3), "tf32x3") == pytest.approx(full * 1.5 / 0.75)
+    assert planner.tf32_tiles_seconds(*args, "tf32") < full
 
 
 def test_tf32_tiles_plan_runs_through_the_handler(rng):

@@ -445,9 +445,10 @@ class Plan:
                 "fill pairs of 128)"
             )
         if self.tf32_tiles:
+            tiles, channels = ("split-TF32 tiles", "128 x 64") if self.path == "tf32x3" else ("TF32 tiles", "128 x 128")
             text += (
-                " (on Hopper a persistent kernel takes it instead, TF32 tiles of 3 filter columns (2 for filters "
-                "two wide) of 128 x 128 channels on wgmma, on segments of its own where the sums are atomic)"
+                f" (on Hopper a persistent kernel takes it instead, {tiles} of 3 filter columns (2 for filters "
+                f"two wide) of {channels} channels on wgmma, on segments of its own where the sums are atomic)"
             )
         return text
 
@@ -614,9 +615,10 @@ def default_smem_per_block() -> int:
 # thirty-eighth stop; docs/benchmarks.md), taken near the low end. Channels past the layer's (96 of a tile's
 # 128) are computed and dropped: the rate scales by the share used (5x5 128:28:96->128 ran 180).
 TF32_TAP_TILES_TFLOPS = 240.0
-# The split-TF32 tiles (float32 at HIGHEST): three products a pair on 128 x 64-channel tiles, so a third of
-# the tensor cores' TF32 rate at best; not yet measured on a GPU, so taken at the TF32 tiles' efficiency.
-TF32X3_TAP_TILES_TFLOPS = 80.0
+# The split-TF32 tiles (float32 at HIGHEST): three products a pair on 128 x 64-channel tiles, a third of the
+# tensor cores' TF32 rate at best: 101-129 TFLOP/s on seven 3x3-9x9 layers, forced (H200, thirty-ninth stop;
+# docs/benchmarks.md), taken at the low end.
+TF32X3_TAP_TILES_TFLOPS = 100.0
 # A tile's output x input channels on each path (cpp/cuda/wgmma_tf32_taps.cuh, WgmmaTf32TapsConfig).
 _TF32_TILE_CHANNELS = {"tf32": (128, 128), "tf32x3": (128, 64)}
 
