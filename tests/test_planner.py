@@ -257,9 +257,10 @@ def test_tf32_tiles_take_the_direct_kernel_where_they_fit(batch, size, in_c, out
 
 
 def test_split_tf32_tiles_rate_counts_their_64_input_channels():
-    """The split-TF32 tiles are 128 output x 64 input channels (cpp/cuda/wgmma_tf32_taps.cuh): a layer of 64
-    input channels fills them, one of 96 uses three quarters of two; at a third of the TF32 tiles' products'
-    rate they take longer than the TF32 tiles on the same layer."""
+    """The split-TF32 tiles are 128 output x 64 input channels (cpp/cuda/wgmma_tf32_taps.cuh): their rate counts
+    64 input channels as a whole tile's (such layers do not take them yet: tf32_tap_tiles_fit asks for both sides
+    above 64), 96 as three quarters of two; at a third of the TF32 tiles' products' rate they take longer than
+    the TF32 tiles on the same layer."""
     args = (32, (56, 56), 64, 256, (3, 3))
     full = planner.tf32_tiles_seconds(*args, "tf32x3")
     flops = 2.0 * 32 * 56 * 56 * 64 * 256 * 9

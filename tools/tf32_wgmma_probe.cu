@@ -75,7 +75,7 @@ __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) 
   for (int e = threadIdx.x; e < 128 * 64; e += blockDim.x) raw_b[tf32_raw_index(e % 64, e / 64)] = b_nk[e];
   __syncthreads();
   if (threadIdx.x < winrs::kTf32TransposeThreads)
-    tf32_transpose(raw_b, kmajor, threadIdx.x);  // as the kernel
+    tf32_transpose<winrs::kTf32SideChannels, false>(raw_b, kmajor, threadIdx.x);  // as the kernel
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -85,7 +85,7 @@ __global__ void check_kernel(const float* a_km, const float* b_nk, float* d_mn) 
   for (int s = 0; s < 8; ++s) load_a(a[s], raw, offsets, s);
   wgmma_fence();
   for (int s = 0; s < 8; ++s)
-    wgmma_m64n128k8_tf32_rs(d, a[s], tf32_kmajor_descriptor(kmajor + tf32_kmajor_index(0, 8 * s)));
+    wgmma_tf32_rs<128>(d, a[s], tf32_kmajor_descriptor(kmajor + tf32_kmajor_index(0, 8 * s)));
   wgmma_commit();
   wgmma_wait<0>();
   for (int j = 0; j < 16; ++j)
@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
     // which a kernel's empty barrier would wait for; the values do not matter to the rate.)
     for (int step = 0; step < steps; ++step) {
       if (threadIdx.x < winrs::kTf32TransposeThreads)  // the kernel's two transposer warps
-        tf32_transpose(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn, threadIdx.x);
+        tf32_transpose<winrs::kTf32SideChannels, false>(raw_x, xs + (step + 1) % kXBuffers * kUnits * kIn,
+                                                        threadIdx.x);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       asm volatile("bar.sync 1, 384;\n" ::: "memory");
     }
@@ -164,9 +165,8 @@ __global__ void __launch_bounds__(384, 1) rate_kernel(int steps, int mode, float
         const uint32_t buffer = uint32_t(step - j) % kXBuffers * kStepBytes;
 #pragma unroll
         for (int q = 0; q < 2; ++q)
-          wgmma_m64n128k8_tf32_rs(
-              acc[j], a[h][q],
-              x_descriptor + ((buffer + 4 * tf32_kmajor_index(0, 16 * quarter + 8 * q)) >> 4));
+          wgmma_tf32_rs<128>(acc[j], a[h][q],
+                             x_descriptor + ((buffer + 4 * tf32_kmajor_index(0, 16 * quarter + 8 * q)) >> 4));
       }
       wgmma_commit();
     }

@@ -1,8 +1,8 @@
 // The persistent block's T-tap tiles for TF32 (on unless WINRS_JAX_TF32_TAPS=0), float32 at the default
-// precision (issue 7), in the form tools/tf32_wgmma_probe.cu measured (docs/design.md,
-// docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major only, and X and dY
-// are channel-major, so the 16-bit tile's form (both operands from shared memory, wgmma_wide_n.cuh) does not
-// carry over:
+// precision (issue 7), and for split TF32 at HIGHEST (below), in the form tools/tf32_wgmma_probe.cu measured
+// (docs/design.md, docs/benchmarks.md, thirty-sixth stop). TF32 wgmma reads shared-memory operands K-major
+// only, and X and dY are channel-major, so the 16-bit tile's form (both operands from shared memory,
+// wgmma_wide_n.cuh) does not carry over:
 // - dY is the register operand: each consumer thread loads its fragments (CUTLASS's ALayout_64x8) from the
 //   raw buffer the TMA wrote (float32 boxes of 32 channels, 128-byte swizzle), rounding to TF32 there, once a
 //   step for all taps;
@@ -16,13 +16,14 @@
 // its TF32 remainder into two K-major buffers, the consumers split dY's fragments in registers, and each tap
 // and k8 slice takes three MMAs (low x high, high x low, high x high; low x low is below FP32's rounding).
 // Two K-major buffers a stage do not fit three stages of 128 input channels, so these tiles are 128 output x
-// 64 input channels (kTf32SplitXChannels): two dY, two raw X buffers of 16 KB and three stages of 2 x 16 KB
-// (192 KB). Each step's products go into a fresh partial sum that joins the running sum by an FP32 add, as
-// on mma.sync (gemm_mma.cuh, mma_tf32_product): the tensor cores' accumulation does not round to nearest. A
-// step's path: the issuer copies X (the TMA) -> the transposers transpose it -> the consumers' MMAs, which
-// read dY's raw buffer, copied beside. With one raw X buffer (a K-major one more) the copy's latency was
-// exposed at every step (stall samples, 3x3 32:56:256, H200, thirty-seventh stop). Barriers, per buffer:
-// grad_full / grad_empty (dY), input_full / input_empty (raw X), kmajor_full / kmajor_empty (K-major X).
+// 64 input channels (kTf32SplitXChannels): two raw dY buffers of 32 KB, two raw X buffers of 16 KB and three
+// stages of 2 x 16 KB (192 KB). Each step's products go into a fresh partial sum that joins the running sum
+// by an FP32 add, as on mma.sync (gemm_mma.cuh, mma_tf32_product): the tensor cores' accumulation does not
+// round to nearest. A step's path: the issuer copies X (the TMA) -> the transposers transpose it -> the
+// consumers' MMAs, which read dY's raw buffer, copied beside. With one raw X buffer (a K-major one more) the
+// copy's latency was exposed at every step (stall samples, 3x3 32:56:256, H200, thirty-seventh stop).
+// Barriers, per buffer: grad_full / grad_empty (dY), input_full / input_empty (raw X), kmajor_full /
+// kmajor_empty (K-major X).
 #pragma once
 
 #include <atomic>
@@ -71,7 +72,8 @@ struct WgmmaTf32TapsConfig {
 };
 
 // The TMA boxes of a T-tap tile's steps in float32 (as TapRuns in 16 bits): a step's X into a raw X buffer
-// and, from its run's `reach`-th step on, its dY into a raw dY buffer, four 32-channel panels each.
+// and, from its run's `reach`-th step on, its dY into a raw dY buffer, in 32-channel panels (four a side of
+// 128 channels, two of X's 64 on the split-TF32 tiles).
 template <class C>
 struct Tf32TapRuns : TapRunWalk {
   __device__ Tf32TapRuns(const Problem& p, const WorkTile& work, const UnitWalk& walk)
@@ -437,7 +439,8 @@ inline bool encode_tf32_pixel_boxes(CUtensorMap* map, const void* base, long lon
   return encode_boxes(map, base, 4, n, h, w, c, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// Launches of the TF32 tiles in this process (tools/kernel_check.cu asserts that its TF32 cases ran them).
+// Launches of the TF32 and split-TF32 tiles in this process, together (tools/kernel_check.cu asserts that
+// each path's cases ran them, by the count before and after).
 inline std::atomic<long long> tf32_taps_launches{0};
 
 // Whether the TF32 tiles are switched on: unless WINRS_JAX_TF32_TAPS=0 (the direct kernel on mma.sync, to

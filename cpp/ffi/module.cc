@@ -218,7 +218,7 @@ NB_MODULE(_winrs, m) {
         d["tf32_tap_tiles"] = plan.supported &&
                               (plan.path == winrs::Path::kTf32 || plan.path == winrs::Path::kTf32x3) &&
                               plan.variant0 == 0 && plan.variant1 == 0 &&
-                              winrs::tf32_tap_tiles_fit(op.problem, plan.grid, problems);
+                              winrs::tf32_tap_tiles_fit(op.problem, plan.grid, problems, plan.path);
         return d;
       },
       nb::arg("batch"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("in_c"), nb::arg("out_h"), nb::arg("out_w"),

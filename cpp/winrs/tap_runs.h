@@ -227,16 +227,17 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
 WINRS_HD inline bool tf32_tap_tile_data(const Problem& p) {
   return p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0;
 }
-// Whether the TF32 T-tap tiles take a plan on the direct kernel alone (its grid `grid`, `problems` stacked
-// problems) as its launch would (cuda/omega_kernel.cuh, launch_direct), under the shipped rules: the
-// one-column tile of 128 x 128 channels (not the filter-row tile or the 64-channel block, variants.h), one
-// problem and one image part, and T-tap rows on the grid that the launch splits (tap_run_even_split,
-// tap_runs_fit: atomic sums, long enough rows). The planner weighs them by their own rate where they do
-// (planner.py, TF32_TAP_TILES_TFLOPS).
-inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int problems) {
+// Whether the TF32 (or, on `path` tf32x3, split-TF32) T-tap tiles take a plan on the direct kernel alone (its
+// grid `grid`, `problems` stacked problems) as its launch would (cuda/omega_kernel.cuh, launch_direct), under
+// the shipped rules: the direct kernel's one-column tile of 128 x 128 channels on that path (not the
+// filter-row tile or the 64-channel block, variants.h), one problem and one image part, and T-tap rows on the
+// grid that the launch splits (tap_run_even_split, tap_runs_fit: atomic sums, long enough rows). The planner
+// weighs them by their own rate where they do (planner.py, TF32_TAP_TILES_TFLOPS, TF32X3_TAP_TILES_TFLOPS).
+inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int problems,
+                               Path path = Path::kTf32) {
   const TapRunRules rules{true, true, kTf32Images};
   const int taps = tap_run_taps(int(p.filter_w));
-  const TileShape tile = tile_shape(0, Path::kTf32, p);
+  const TileShape tile = tile_shape(0, path, p);
   return tile.columns == 1 && tile.block_oc == kWideBlock && problems == 1 && grid.image_parts == 1 &&
          tf32_tap_tile_data(p) && tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
 }
@@ -250,10 +251,9 @@ inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int pr
 // overhead_steps for its start and its output). Columns (up to 8; a 1D layer's up to 8 per SM) and parts go
 // up to 8 each, bands up to 4 x sms. `overhead_steps` (kTapRunOverheadSteps) may be set otherwise by an
 // experiment (WINRS_JAX_TAP_RUN_OVERHEAD). 12 measured (bf16, H200, thirty-fourth stop) against 4: 3x3
-// 128:16:256 0.097
-// -> 0.086 ms, 5x5 32:32:256 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528 -> 0.519; 7x7
-// 32:16:512 and 3x3 32:28:512 even. A tile's fixed cost (start, output atomics) is about 11 steps: 3x3
-// 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069.
+// 128:16:256 0.097 -> 0.086 ms, 5x5 32:32:256 0.214 -> 0.196, 9x9 32:32:256 0.523 -> 0.500, 32:64:128 0.528
+// -> 0.519; 7x7 32:16:512 and 3x3 32:28:512 even. A tile's fixed cost (start, output atomics) is about 11
+// steps: 3x3 128:16:256's 384 tiles of 18 steps took 0.097 ms, 128:15:256's 120 of 51 0.069.
 inline constexpr int kTapRunOverheadSteps = 12;
 inline SegmentGrid tap_run_grid(const Problem& p, const SegmentGrid& planned, int kernel, int taps, int sms,
                                 int out_channels = 128, int in_channels = 128,

@@ -77,6 +77,7 @@ struct Tf32TransposeFaults {
 };
 inline Tf32TransposeFaults tf32_transpose_faults(int channels = kTf32SideChannels) {
   const int its = tf32_transpose_its(channels), elems = kTf32StepUnits * channels;
+  if (channels % 32 != 0 || channels < 32 || channels > kTf32SideChannels) return {1, elems};  // no such side
   int worst = 1, read[kTf32SideElems] = {}, written[kTf32SideElems] = {}, misplaced = 0;
   for (int pass = 0; pass < kTf32TransposeThreads / 8; ++pass)
     for (int it = 0; it < its; ++it)

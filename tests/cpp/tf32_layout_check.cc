@@ -1,11 +1,11 @@
 // Host check of the TF32 T-tap tiles' shared-memory layouts (cpp/winrs/tf32_layout.h; run by
-// tests/test_tap_runs.py): the raw and K-major indices are bijections of a step's 64 x 128 elements (64 x 64
-// on the split-TF32 tiles' X side), in
-// 16-byte pieces that stay whole; a k8 slice of the raw buffer is 256 floats further with the same swizzle
-// (the consumers' fragment loads take immediate offsets); the producer's transpose reads every element once
-// without bank conflicts; and every tap's K-block of X (tap_x_place) starts on a whole k8 slice of one
-// K-major atom, at a 32-byte offset the wgmma descriptor can address. Prints what failed and exits 1, or
-// "ok".
+// tests/test_tap_runs.py), for sides of 128 channels and the split-TF32 tiles' X side of 64: the raw and
+// K-major indices are bijections of a step's elements, in 16-byte pieces that stay whole; a k8 slice of the
+// raw buffer is 256 floats further with the same swizzle (the consumers' fragment loads take immediate
+// offsets); the producer's transpose reads every element once without bank conflicts; every tap's K-block of
+// X (tap_x_place) starts on a whole k8 slice of one K-major atom, at a 32-byte offset the wgmma descriptor
+// can address; and a K-major part (the split tiles' low part follows the high one) keeps 1024-byte alignment.
+// Prints what failed and exits 1, or "ok".
 #include <cstdio>
 #include <vector>
 
@@ -48,18 +48,21 @@ int main() {
     const Tf32TransposeFaults faults = tf32_transpose_faults(channels);
     expect(faults.worst_ways == 1, "transpose without bank conflicts", faults.worst_ways, channels);
     expect(faults.missed == 0, "transpose reads every element once", faults.missed, channels);
+    expect(4 * elems % 1024 == 0, "a K-major part keeps the 1024-byte swizzle alignment", elems, channels);
+    for (int taps = 2; taps <= 3; ++taps)
+      for (int positions = 1; positions <= 2; ++positions)
+        for (int sub = 0; sub < kTapRunUnits / kTapRunBlock; ++sub)
+          for (int j = 0; j < taps; ++j)
+            for (int half = 0; half < 2; ++half) {
+              const TapXPlace x = tap_x_place(taps, positions, sub, j);
+              const int row = x.row + 8 * half, bytes = 4 * tf32_kmajor_index(0, row, channels);
+              expect(row % 8 == 0 && row + 8 <= kTf32StepUnits, "a whole k8 slice of the step", row, j);
+              expect(row % 32 + 8 <= 32, "inside one K-major atom", row, j);
+              expect(bytes % 32 == 0, "a 32-byte descriptor offset", bytes, j);
+            }
   }
-  for (int taps = 2; taps <= 3; ++taps)
-    for (int positions = 1; positions <= 2; ++positions)
-      for (int sub = 0; sub < kTapRunUnits / kTapRunBlock; ++sub)
-        for (int j = 0; j < taps; ++j)
-          for (int half = 0; half < 2; ++half) {
-            const TapXPlace x = tap_x_place(taps, positions, sub, j);
-            const int row = x.row + 8 * half, bytes = 4 * tf32_kmajor_index(0, row);
-            expect(row % 8 == 0 && row + 8 <= kTf32StepUnits, "a whole k8 slice of the step", row, j);
-            expect(row % 32 + 8 <= 32, "inside one K-major atom", row, j);
-            expect(bytes % 32 == 0, "a 32-byte descriptor offset", bytes, j);
-          }
+  expect(tf32_transpose_faults(48).missed != 0 && tf32_transpose_faults(256).missed != 0,
+         "sides other than whole 32-channel panels up to 128 are refused");
   if (failures) return 1;
   std::printf("ok\n");
   return 0;
