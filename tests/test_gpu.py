@@ -337,6 +337,26 @@ def test_tf32_plans_take_the_tiles_on_hopper(path, rng, monkeypatch):
         assert mare(tiles, ref) <= 1e-6 and mare(direct, ref) <= 1e-6, (mare(tiles, ref), mare(direct, ref))
 
 
+def test_split_tiles_low_products_first_are_more_accurate(rng, monkeypatch):
+    """WINRS_JAX_TF32X3_LOW_FIRST=1 (an experiment's switch, read at each launch) orders each step of the
+    split-TF32 tiles' products so that fewer truncating additions land on a large partial sum: against float64,
+    their MARE falls well below the interleaved order's (tools/split_tf32_bias.py emulates 1.8e-7 against
+    4.7e-7, the figure the interleaved tiles measured)."""
+    if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
+        pytest.skip("the TF32 tiles run on sm_90 with the sm_90a kernels built")
+    monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")
+    x, dy = _inputs(rng, "tf32x3", (32, 14, 16, 128), (32, 14, 16, 128))
+    ref = _reference(x, dy, (3, 3), (1, 1, 1, 1))
+    errors = {}
+    for order in ("0", "1"):
+        monkeypatch.setenv("WINRS_JAX_TF32X3_LOW_FIRST", order)
+        launches = _winrs.tf32_tile_launches()
+        dw = _filter_grad(x, dy, (3, 3), (1, 1, 1, 1), _gpu(), mode="winrs", kernels=(0, 0), path="tf32x3")
+        assert _winrs.tf32_tile_launches() > launches
+        errors[order] = mare(dw, ref)
+    assert errors["1"] < 0.75 * errors["0"], errors
+
+
 def test_stacked_problems_beyond_one_launch(rng):
     """vmap over 70000 tiny problems: more than gridDim.y allows in one launch, so the launcher splits them."""
     x = jnp.asarray(rng.random((70000, 1, 4, 6, 2), dtype=np.float32))

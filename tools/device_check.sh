@@ -55,7 +55,11 @@ for stage in "$@"; do
         >"$OUT/sanitizer-tf32-taps.log" 2>&1
       grep -E "ERROR SUMMARY|failures" "$OUT/sanitizer-tf32-taps.log"
       WINRS_JAX_TF32_TAPS=0 timeout 90 "$(kernel_check)" tf32 tf32x3 >"$OUT/kernel-check-tf32-mma.log" 2>&1
-      grep -E "FAILED|failures" "$OUT/kernel-check-tf32-mma.log" | tail -30 ;;
+      grep -E "FAILED|failures" "$OUT/kernel-check-tf32-mma.log" | tail -30
+      # The split-TF32 tiles' other order of products (an experiment's switch, wgmma_tf32_taps.cuh).
+      WINRS_JAX_TF32_TAPS=1 WINRS_JAX_TF32X3_LOW_FIRST=1 timeout 90 "$(kernel_check)" tf32x3 \
+        >"$OUT/kernel-check-tf32x3-low-first.log" 2>&1
+      grep -E "FAILED|failures|launches" "$OUT/kernel-check-tf32x3-low-first.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \
