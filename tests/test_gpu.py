@@ -357,6 +357,28 @@ def test_split_tiles_low_products_first_are_more_accurate(rng, monkeypatch):
     assert errors["1"] < 0.75 * errors["0"], errors
 
 
+@pytest.mark.parametrize("layer", [((32, 6, 18, 64), 136, (3, 3)), ((64, 4, 23, 40), 200, (3, 6))])
+def test_split_tiles_on_row_tile_layers_match_the_cpu(layer, rng, monkeypatch):
+    """WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1 (an experiment's switch, cpp/winrs/tap_runs.h) gives layers of at most
+    64 input channels against more than 64 output channels, which the direct kernel runs as its filter-row
+    tile, to the split-TF32 tiles (their X side is 64 channels): the same sums as the CPU executor, FP32-level
+    against float64."""
+    if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
+        pytest.skip("the TF32 tiles run on sm_90 with the sm_90a kernels built")
+    monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")
+    monkeypatch.setenv("WINRS_JAX_TF32X3_ROW_TILE_LAYERS", "1")
+    x_shape, out_c, (fh, fw) = layer
+    n, h, w, _ = x_shape
+    pads = (1, 1, 1, 1)
+    x, dy = _inputs(rng, "tf32x3", x_shape, (n, h + 3 - fh, w + 3 - fw, out_c))
+    launches = _winrs.tf32_tile_launches()
+    gpu = _filter_grad(x, dy, (fh, fw), pads, _gpu(), kernels=(0, 0), path="tf32x3")
+    assert _winrs.tf32_tile_launches() > launches
+    cpu = _filter_grad(x, dy, (fh, fw), pads, jax.devices("cpu")[0], kernels=(0, 0), path="tf32x3")
+    np.testing.assert_allclose(gpu, cpu, rtol=2e-5, atol=1e-5 * np.abs(cpu).max())
+    assert mare(gpu, _reference(x, dy, (fh, fw), pads)) <= 1.5e-6
+
+
 def test_stacked_problems_beyond_one_launch(rng):
     """vmap over 70000 tiny problems: more than gridDim.y allows in one launch, so the launcher splits them."""
     x = jnp.asarray(rng.random((70000, 1, 4, 6, 2), dtype=np.float32))

@@ -256,11 +256,30 @@ def test_tf32_tiles_take_the_direct_kernel_where_they_fit(batch, size, in_c, out
     assert not other.tf32_tiles
 
 
+@pytest.mark.parametrize("switch", ["1", ""])
+def test_split_tf32_tiles_take_row_tile_layers_under_their_switch(switch, monkeypatch):
+    """WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1 (an experiment's switch, cpp/winrs/tap_runs.h,
+    tf32x3_takes_row_tile_layer) lets the split-TF32 tiles, whose X side is 64 channels, take layers of at most
+    64 input channels against more than 64 output channels, which the direct kernel runs as its filter-row
+    tile; the TF32 tiles (128 x 128) never, and without the switch neither."""
+    monkeypatch.setenv("WINRS_JAX_TF32X3_ROW_TILE_LAYERS", switch)
+    planner._plan_canonical.cache_clear()  # the switch is read when a plan is made
+    shape = (32, (112, 112), 64, 128, (3, 3), (1, 1, 1, 1))
+    split = plan_canonical(*shape, "tf32x3", "fp32", PlannerOptions(sm_count=132, tf32_tiles=True))
+    tf32 = plan_canonical(*shape, "tf32", "tf32", PlannerOptions(sm_count=132, tf32_tiles=True))
+    planner._plan_canonical.cache_clear()
+    assert split.tf32_tiles == (switch == "1"), str(split)
+    assert not tf32.tf32_tiles
+    if split.tf32_tiles:
+        assert [k.index for k in split.kernels] == [0] and "split-TF32 tiles" in str(split)
+        assert split.predicted_seconds == planner.tf32_tiles_seconds(32, (112, 112), 64, 128, (3, 3), "tf32x3")
+
+
 def test_split_tf32_tiles_rate_counts_their_64_input_channels():
     """The split-TF32 tiles are 128 output x 64 input channels (cpp/cuda/wgmma_tf32_taps.cuh): their rate counts
-    64 input channels as a whole tile's (such layers do not take them yet: tf32_tap_tiles_fit asks for both sides
-    above 64), 96 as three quarters of two; at a third of the TF32 tiles' products' rate they take longer than
-    the TF32 tiles on the same layer."""
+    64 input channels as a whole tile's (such layers take them only under an experiment's switch, above), 96 as
+    three quarters of two; at a third of the TF32 tiles' products' rate they take longer than the TF32 tiles on
+    the same layer."""
     args = (32, (56, 56), 64, 256, (3, 3))
     full = planner.tf32_tiles_seconds(*args, "tf32x3")
     flops = 2.0 * 32 * 56 * 56 * 64 * 256 * 9

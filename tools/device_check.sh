@@ -59,7 +59,11 @@ for stage in "$@"; do
       # The split-TF32 tiles' other order of products (an experiment's switch, wgmma_tf32_taps.cuh).
       WINRS_JAX_TF32_TAPS=1 WINRS_JAX_TF32X3_LOW_FIRST=1 timeout 90 "$(kernel_check)" tf32x3 \
         >"$OUT/kernel-check-tf32x3-low-first.log" 2>&1
-      grep -E "FAILED|failures|launches" "$OUT/kernel-check-tf32x3-low-first.log" | tail -30 ;;
+      grep -E "FAILED|failures|launches" "$OUT/kernel-check-tf32x3-low-first.log" | tail -30
+      # The split-TF32 tiles on the filter-row tile's layers (an experiment's switch, winrs/tap_runs.h).
+      WINRS_JAX_TF32_TAPS=1 WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1 timeout 90 "$(kernel_check)" tf32x3 \
+        >"$OUT/kernel-check-tf32x3-row-tile-layers.log" 2>&1
+      grep -E "FAILED|failures|launches" "$OUT/kernel-check-tf32x3-row-tile-layers.log" | tail -30 ;;
     l2-bandwidth)
       # How fast the SMs read buffers that sit in L2 (and one in memory): tools/l2_bandwidth.cu.
       nvcc -O3 "--generate-code=arch=compute_90a,code=[sm_90a]" tools/l2_bandwidth.cu -o /tmp/l2_bandwidth \

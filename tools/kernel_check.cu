@@ -245,6 +245,19 @@ int main(int argc, char** argv) {
       }
       unsetenv("WINRS_JAX_PERSISTENT_BLOCKS");
     }
+    // The split-TF32 tiles on layers the filter-row tile would take (WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1, an
+    // experiment's switch, winrs/tap_runs.h): 64 and 40 input channels against 136 and 200 output channels, 3
+    // and 6 wide, a row of odd width at a batch of 32 (its last column on the filter-row tile).
+    if (tf32_tiles && static_cast<winrs::Path>(path) == winrs::Path::kTf32x3 &&
+        winrs::tf32x3_row_tile_layers_enabled()) {
+      for (const auto& [batch, out_h, out_w, in_c, out_c, filter_w] :
+           {std::tuple{32, 2, 20, 64, 136, 3}, std::tuple{64, 1, 20, 40, 200, 6},
+            std::tuple{32, 1, 33, 64, 136, 3}}) {
+        ++cases;
+        failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, 0, true, gen,
+                              Layer{batch, out_h, out_w, 2, filter_w});
+      }
+    }
     if (tf32_tiles) {  // the cases above must have run the TF32 tiles, not only mma.sync's fallback
       const long long launches = winrs::cuda::tf32_taps_launches.load() - tf32_launches_before;
       std::printf("%s T-tap tile launches: %lld\n", winrs::path_info(static_cast<winrs::Path>(path)).name,

@@ -504,6 +504,18 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
   if constexpr (path_info(P).tensor_cores) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
+#if defined(WINRS_WGMMA_BUILT)
+    if constexpr (P == Path::kTf32x3) {
+      // The split-TF32 tiles on a layer the filter-row tile would take (winrs/tap_runs.h,
+      // tf32x3_takes_row_tile_layer: an experiment's switch), as on the one-column layers below.
+      if (copies && tf32x3_takes_row_tile_layer(p, P, shape) && env_flag("WINRS_JAX_WGMMA") != '0' &&
+          tf32_taps_may_launch<P>(args)) {
+        cudaError_t result = cudaSuccess;
+        if (launch_split<P>(args, kTf32Images, stream, &result)) return result;
+        if (launch_tf32_taps<P>(args, stream, &result)) return result;
+      }
+    }
+#endif
     if (shape.columns == kDirectTaps) {
       if (!copies) return cudaErrorMisalignedAddress;
       if (shape.rows == kWindowRows) return launch_window<P>(args, stream);

@@ -305,8 +305,8 @@ struct Tf32TapRunsGemm {
       const uint32_t offset = buffer + uint32_t(4 * tf32_kmajor_index(0, x.row + 8 * (Slice % 2), C::BM));
       const uint64_t high = base + (offset >> 4);
       if constexpr (C::split) {
-        const uint64_t low_part = base + ((offset + C::input_bytes) >> 4);
         if constexpr (Which != kHighProducts) {
+          const uint64_t low_part = base + ((offset + C::input_bytes) >> 4);
           wgmma_tf32_rs<C::BM, !first>(partial[j], a_low[h], high);
           wgmma_tf32_rs<C::BM>(partial[j], a[h], low_part);
         }

@@ -17,6 +17,8 @@
 // TapRunRules::max_images); units past the run's end read dY as zeros (an image past the batch).
 #pragma once
 
+#include <cstdlib>
+
 #include "config.h"
 #include "problem.h"
 #include "schedule.h"
@@ -227,6 +229,23 @@ inline SegmentGrid tap_run_even_split(const Problem& p, const SegmentGrid& grid,
 WINRS_HD inline bool tf32_tap_tile_data(const Problem& p) {
   return p.batch % kTf32Images == 0 && p.in_c % 4 == 0 && p.out_c % 4 == 0;
 }
+// The split-TF32 tiles' X side is 64 channels (kTf32SplitXChannels), so they also fill layers of at most 64
+// input channels against more than 64 output channels, which the direct kernel runs as its filter-row tile
+// where the filter width is a multiple of 3 (variants.h, direct_taps): by the planner's rate 1.6-1.7x faster
+// than the split-TF32 Winograd kernels on the real suite's 3x3 32:112:64->128 and 128:35:64->96. An
+// experiment's switch until measured: WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1, read when a plan is made
+// (make_plan) and at each launch (cuda/omega_kernel.cuh, launch_direct), so both see the same rule.
+inline bool tf32x3_row_tile_layers_enabled() {
+  const char* v = std::getenv("WINRS_JAX_TF32X3_ROW_TILE_LAYERS");
+  return v && v[0] == '1';
+}
+// Whether the split-TF32 tiles take a layer whose direct kernel tile is `tile` in place of the filter-row
+// tile (its T-tap rows and data aside: tf32_tap_tiles_fit).
+inline bool tf32x3_takes_row_tile_layer(const Problem& p, Path path, const TileShape& tile) {
+  return path == Path::kTf32x3 && tile.columns == kDirectTaps && !p.strided() &&
+         p.in_c <= kTf32SplitXChannels && p.out_c > kNarrowBlock && tf32x3_row_tile_layers_enabled();
+}
+
 // Whether the TF32 (or, on `path` tf32x3, split-TF32) T-tap tiles take a plan on the direct kernel alone (its
 // grid `grid`, `problems` stacked problems) as its launch would (cuda/omega_kernel.cuh, launch_direct), under
 // the shipped rules: the direct kernel's one-column tile of 128 x 128 channels on that path (not the
@@ -238,8 +257,10 @@ inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int pr
   const TapRunRules rules{true, true, kTf32Images};
   const int taps = tap_run_taps(int(p.filter_w));
   const TileShape tile = tile_shape(0, path, p);
-  return tile.columns == 1 && tile.block_oc == kWideBlock && problems == 1 && grid.image_parts == 1 &&
-         tf32_tap_tile_data(p) && tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
+  const bool one_column = tile.columns == 1 && tile.block_oc == kWideBlock;
+  return (one_column || tf32x3_takes_row_tile_layer(p, path, tile)) && problems == 1 &&
+         grid.image_parts == 1 && tf32_tap_tile_data(p) &&
+         tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
 }
 
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts
