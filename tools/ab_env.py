@@ -28,7 +28,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_c
 from winrs_jax import choice, planner
 from winrs_jax.bench.suite import DTYPES, WINRS, Shape, _compiled, _filter_grads, time_ms
 
-PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "DETERMINISTIC"}
+PLAN_TIME = {"WINRS_JAX_DEPTHWISE_MMA", "WINRS_JAX_TF32X3_ROW_TILE_LAYERS", "DETERMINISTIC"}
 
 
 def main(var: str, values: list[str], dtype_name: str, texts: list[str]) -> None:
