@@ -357,12 +357,14 @@ def test_split_tiles_low_products_first_are_more_accurate(rng, monkeypatch):
     assert errors["1"] < 0.75 * errors["0"], errors
 
 
-@pytest.mark.parametrize("layer", [((32, 6, 18, 64), 136, (3, 3)), ((64, 4, 23, 40), 200, (3, 6))])
+@pytest.mark.parametrize(
+    "layer", [((32, 6, 18, 64), 136, (3, 3)), ((64, 4, 23, 40), 200, (3, 6)), ((32, 6, 19, 64), 136, (3, 3))]
+)
 def test_split_tiles_on_row_tile_layers_match_the_cpu(layer, rng, monkeypatch):
     """WINRS_JAX_TF32X3_ROW_TILE_LAYERS=1 (an experiment's switch, cpp/winrs/tap_runs.h) gives layers of at most
     64 input channels against more than 64 output channels, which the direct kernel runs as its filter-row
     tile, to the split-TF32 tiles (their X side is 64 channels): the same sums as the CPU executor, FP32-level
-    against float64."""
+    against float64; a row of odd width at a batch of 32 keeps its last column on the filter-row tile."""
     if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
         pytest.skip("the TF32 tiles run on sm_90 with the sm_90a kernels built")
     monkeypatch.setenv("WINRS_JAX_TF32_TAPS", "1")

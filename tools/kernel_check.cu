@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
     // and 6 wide, a row of odd width at a batch of 32 (its last column on the filter-row tile).
     if (tf32_tiles && static_cast<winrs::Path>(path) == winrs::Path::kTf32x3 &&
         winrs::tf32x3_row_tile_layers_enabled()) {
+      const long long row_tile_before = winrs::cuda::tf32_taps_launches.load();
       for (const auto& [batch, out_h, out_w, in_c, out_c, filter_w] :
            {std::tuple{32, 2, 20, 64, 136, 3}, std::tuple{64, 1, 20, 40, 200, 6},
             std::tuple{32, 1, 33, 64, 136, 3}}) {
@@ -257,6 +258,11 @@ int main(int argc, char** argv) {
         failures += !run_case(static_cast<winrs::Path>(path), 0, in_c, out_c, 0, true, gen,
                               Layer{batch, out_h, out_w, 2, filter_w});
       }
+      // Each of them took the tiles (the cases above launch them too).
+      const long long row_tile_launches = winrs::cuda::tf32_taps_launches.load() - row_tile_before;
+      std::printf("tf32x3 T-tap tile launches on filter-row tile layers: %lld\n", row_tile_launches);
+      ++cases;
+      failures += row_tile_launches < 3;
     }
     if (tf32_tiles) {  // the cases above must have run the TF32 tiles, not only mma.sync's fallback
       const long long launches = winrs::cuda::tf32_taps_launches.load() - tf32_launches_before;

@@ -37,6 +37,8 @@ def truncated(v: np.ndarray) -> np.ndarray:
 def mare(units: int, low_first: bool, elements: int, fold: int = 8, seed: int = 0) -> float:
     """MARE of `elements` dW sums of `units` positive products each, a multiple of 64 (whole steps), the partial
     sum folded every `fold` slices (a divisor of 8; the low-first order folds once a step)."""
+    if units % 64 or 8 % fold:
+        raise ValueError(f"units must be whole steps of 64 ({units}) and fold a divisor of 8 ({fold})")
     rng = np.random.default_rng(seed)
     x = rng.random((elements, units), dtype=np.float32)
     dy = rng.random((elements, units), dtype=np.float32)

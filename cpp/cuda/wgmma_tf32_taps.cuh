@@ -504,8 +504,9 @@ bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaE
 }
 
 // Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's
-// sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, and their data
-// (winrs/tap_runs.h, tf32_tap_tile_data). (The launch asks it before it cuts a row's last column off; a
+// sm_90a code loaded, one problem, chains of one link, the planned grid's batch whole, X not read in place by
+// depth slice (their maps take X as the batch of dY's images), and their data (winrs/tap_runs.h,
+// tf32_tap_tile_data). (The launch asks it before it cuts a row's last column off; a
 // template, as launch_tf32_taps.)
 template <Path P>
 bool tf32_taps_may_launch(const OmegaArgs& args) {
@@ -513,7 +514,8 @@ bool tf32_taps_may_launch(const OmegaArgs& args) {
   const Problem& p = args.problem;
   using C = WgmmaTf32TapsConfig<3, kTf32TilesSplit<P>>;
   return tf32_taps_enabled() && persistent_launchable(args) && args.grid.image_parts == 1 &&
-         tf32_tap_tile_data(p) && loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<C>));
+         !args.depth.on() && tf32_tap_tile_data(p) &&
+         loads_sm90a(reinterpret_cast<const void*>(persistent_tf32_kernel<C>));
 }
 
 // Launches the TF32 T-tap tiles (their maps set here) where they apply: tf32_taps_may_launch, and T-tap rows

@@ -240,10 +240,12 @@ inline bool tf32x3_row_tile_layers_enabled() {
   return v && v[0] == '1';
 }
 // Whether the split-TF32 tiles take a layer whose direct kernel tile is `tile` in place of the filter-row
-// tile (its T-tap rows and data aside: tf32_tap_tiles_fit).
+// tile (its T-tap rows and data aside: tf32_tap_tiles_fit): more than 32 input channels, as the launch takes
+// them wherever they fit and a tile's X side of fewer would be mostly channels computed and dropped.
 inline bool tf32x3_takes_row_tile_layer(const Problem& p, Path path, const TileShape& tile) {
   return path == Path::kTf32x3 && tile.columns == kDirectTaps && !p.strided() &&
-         p.in_c <= kTf32SplitXChannels && p.out_c > kNarrowBlock && tf32x3_row_tile_layers_enabled();
+         p.in_c > kTf32SplitXChannels / 2 && p.in_c <= kTf32SplitXChannels && p.out_c > kNarrowBlock &&
+         tf32x3_row_tile_layers_enabled();
 }
 
 // Whether the TF32 (or, on `path` tf32x3, split-TF32) T-tap tiles take a plan on the direct kernel alone (its

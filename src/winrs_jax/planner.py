@@ -863,8 +863,10 @@ def _layer_plan(
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packed = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
         for packing in dict.fromkeys((packed, 1)):  # packed where that plan reads in place, else unpacked
+            # (X read in place by depth slice is not the TF32 tiles' view of X: cuda/wgmma_tf32_taps.cuh.)
             shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads,
-                                         flat.path, flat.reference, options, taps, packing, flat.strides)  # fmt: skip
+                                         flat.path, flat.reference, dataclasses.replace(options, tf32_tiles=False),
+                                         taps, packing, flat.strides)  # fmt: skip
             if shared.reads_depth_in_place:
                 break
         if shared.reads_depth_in_place:
