@@ -275,6 +275,21 @@ def test_split_tf32_tiles_take_row_tile_layers_under_their_switch(switch, monkey
         assert split.predicted_seconds == planner.tf32_tiles_seconds(32, (112, 112), 64, 128, (3, 3), "tf32x3")
 
 
+def test_depth_in_place_plans_keep_off_the_tf32_tiles(monkeypatch):
+    """A 3D layer's plan that reads X in place by depth slice never claims Hopper's TF32 tiles, whose maps take X
+    as the batch of dY's images (the launch refuses them there too): here the split tiles would take the 2D
+    problem's filter-row tile layer under their switch."""
+    monkeypatch.setenv("WINRS_JAX_TF32X3_ROW_TILE_LAYERS", "1")
+    planner._plan_canonical.cache_clear()
+    options = PlannerOptions(sm_count=132, tf32_tiles=True)
+    flat = plan_canonical(32, (56, 56), 64, 128, (3, 3), (1, 1, 1, 1), "tf32x3", "fp32", options)
+    shared = planner.plan_depth_in_place(32, (56, 56), 64, 128, (3, 3), (1, 1, 1, 1), "tf32x3", "fp32", options,
+                                         taps=1, packing=1)  # fmt: skip
+    planner._plan_canonical.cache_clear()
+    assert flat.tf32_tiles, "the 2D problem alone takes them"
+    assert not shared.tf32_tiles, str(shared)  # (here the Winograd kernels then, on the depth copies)
+
+
 def test_split_tf32_tiles_rate_counts_their_64_input_channels():
     """The split-TF32 tiles are 128 output x 64 input channels (cpp/cuda/wgmma_tf32_taps.cuh): their rate counts
     64 input channels as a whole tile's (such layers take them only under an experiment's switch, above), 96 as

@@ -863,10 +863,8 @@ def _layer_plan(
         # of 16 input channels pack their taps into each problem's channels where that plan reads in place.
         packed = depth_packing(flat.channels[0], taps, flat.path, flat.strides != (1, 1))
         for packing in dict.fromkeys((packed, 1)):  # packed where that plan reads in place, else unpacked
-            # (X read in place by depth slice is not the TF32 tiles' view of X: cuda/wgmma_tf32_taps.cuh.)
             shared = plan_depth_in_place(flat.batch, flat.input_hw, *flat.channels, flat.filter_hw, flat.pads,
-                                         flat.path, flat.reference, dataclasses.replace(options, tf32_tiles=False),
-                                         taps, packing, flat.strides)  # fmt: skip
+                                         flat.path, flat.reference, options, taps, packing, flat.strides)  # fmt: skip
             if shared.reads_depth_in_place:
                 break
         if shared.reads_depth_in_place:
@@ -896,8 +894,10 @@ def plan_depth_in_place(
     """The plan of the 2D problem of a 3D layer whose X the kernels read in place: `packing` of its `taps` depth
     taps (of in_c channels each) per problem, all problems in one launch, as the _ffi.DEPTH_TARGET handler
     derives it. reads_depth_in_place is False where its kernels cannot, and beyond one launch's problems (the
-    copies' launches split them)."""
+    copies' launches split them). Without Hopper's TF32 tiles: their maps take X as the batch of dY's images, not
+    by depth slice (the launch refuses them there too, cuda/wgmma_tf32_taps.cuh)."""
     problems = -(-taps // packing)
+    options = dataclasses.replace(options, tf32_tiles=False)
     plan = plan_canonical(batch, input_hw, in_c * packing, out_c, filter_hw, pads, path, reference, options,
                           problems=min(problems, MAX_DEPTH_PROBLEMS), strides=strides)  # fmt: skip
     return plan if problems <= MAX_DEPTH_PROBLEMS else dataclasses.replace(plan, reads_depth_in_place=False)
