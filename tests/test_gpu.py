@@ -381,6 +381,31 @@ def test_split_tiles_on_row_tile_layers_match_the_cpu(layer, rng, monkeypatch):
     assert mare(gpu, _reference(x, dy, (fh, fw), pads)) <= 1.5e-6
 
 
+def test_stacked_problems_one_persistent_launch_each(rng, monkeypatch):
+    """WINRS_JAX_STACKED_PERSISTENT=1 (an experiment's switch, cuda/omega_kernel.cuh) launches stacked problems
+    (vmap here; a 3D layer's depth taps on copies, feature groups) one at a time where the persistent block takes
+    a problem: each problem's own X, dY and dW, as the stacked launch of the 128 x 128 block gives them."""
+    if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
+        pytest.skip("the persistent block runs on sm_90 with the sm_90a kernels built")
+    x, dy = _inputs(rng, "bf16", (64, 4, 20, 136), (64, 4, 20, 72))
+    fn = jax.jit(jax.vmap(functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),
+        dimension_numbers=DN, options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
+    xs, dys = jnp.stack([x, 2 * x, x]), jnp.stack([dy, dy, 2 * dy])
+    stacked = np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+    monkeypatch.setenv("WINRS_JAX_STACKED_PERSISTENT", "1")  # read at each launch; a new program launches anew
+    fn = jax.jit(jax.vmap(functools.partial(
+        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),
+        dimension_numbers=DN, options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
+    launches = _winrs.persistent_launches()
+    each = np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+    assert _winrs.persistent_launches() >= launches + 3
+    # Both sum exact bf16 products in float32, in different orders; a bf16 dW is rounded at the end.
+    np.testing.assert_allclose(each, stacked, rtol=2.0**-7, atol=1e-5 * np.abs(stacked).max())
+    np.testing.assert_allclose(each[1], 2 * each[0], rtol=2.0**-7)
+    np.testing.assert_allclose(each[2], 2 * each[0], rtol=2.0**-7)
+
+
 def test_stacked_problems_beyond_one_launch(rng):
     """vmap over 70000 tiny problems: more than gridDim.y allows in one launch, so the launcher splits them."""
     x = jnp.asarray(rng.random((70000, 1, 4, 6, 2), dtype=np.float32))

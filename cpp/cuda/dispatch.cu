@@ -128,3 +128,6 @@ cudaError_t run_backward_filter(const BackwardFilterOp& op, const void* input, c
 }  // namespace winrs::cuda
 
 long long WinrsTf32TileLaunches() { return winrs::cuda::tf32_taps_launches.load(std::memory_order_relaxed); }
+long long WinrsPersistentLaunches() {
+  return winrs::cuda::persistent_block_launches.load(std::memory_order_relaxed);
+}

@@ -535,6 +535,20 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         const long long images = p.batch < Tma::copy_units ? p.batch : Tma::copy_units;
         const bool boxes =
             p.batch % Tma::copy_units == 0 || (Tma::copy_units % p.batch == 0 && p.batch >= 32);
+        // Stacked problems one launch each where the persistent block takes a problem (it takes one a
+        // launch): stacked in one launch on the 128 x 128 block, 3x3x3 16:8x28x28:128's three depth taps ran
+        // 0.283 ms where one tap's 2D layer takes 0.060 on the persistent block (bf16, H200, thirty-sixth
+        // stop). An experiment's switch until measured (stacked_persistent_enabled).
+        if (boxes && args.groups > 1 && args.grid.image_parts == 1 && !args.depth.on() &&
+            args.semaphore_offset < 0 && stacked_persistent_enabled() && runs_wgmma<Tma>() &&
+            (persistent_split(p, args.grid, args.kernel).width0 != args.grid.width0 ||
+             persistent_taps(p, args.grid, args.kernel) > 0)) {
+          for (long long g = 0; g < args.groups; ++g)
+            if (const cudaError_t e = launch_direct<P>(stacked_problem(args, g, storage_bytes(P)), stream);
+                e != cudaSuccess)
+              return e;
+          return cudaSuccess;
+        }
         // Whole batches only: its steps take box-sized runs of the batch (image parts are the window's).
         if (boxes && args.groups == 1 && args.grid.image_parts == 1 && runs_wgmma<Tma>()) {
           OmegaArgs mapped = args;

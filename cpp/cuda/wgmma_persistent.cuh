@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -239,6 +240,25 @@ inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, i
   return tap_run_even_split(p, grid, tap_run_taps(int(p.filter_w)), tap_run_rules(max_images));
 }
 
+// Stacked problems (OmegaArgs::groups) launched one at a time where the persistent block takes them, with
+// WINRS_JAX_STACKED_PERSISTENT=1 (an experiment's switch until measured; cuda/omega_kernel.cuh,
+// launch_direct).
+inline bool stacked_persistent_enabled() { return env_flag("WINRS_JAX_STACKED_PERSISTENT") == '1'; }
+// Problem g of a launch's stacked problems as a launch of its own (OmegaArgs's group strides; `element` bytes
+// an element of X and dY).
+inline OmegaArgs stacked_problem(const OmegaArgs& args, long long g, long long element) {
+  OmegaArgs one = args;
+  one.input = static_cast<const char*>(args.input) + g * args.input_group_stride * element;
+  one.out_grad = static_cast<const char*>(args.out_grad) + g * args.grad_group_stride * element;
+  one.filter_grad = args.filter_grad + g * args.problem.filter_elems();
+  one.workspace = args.workspace + g * args.workspace_elems;
+  one.groups = 1;
+  return one;
+}
+// Launches of the persistent block (either form, wgmma_tf32_taps.cuh's too) in this process: the GPU tests of
+// stacked problems launched one at a time count them.
+inline std::atomic<long long> persistent_block_launches{0};
+
 // Whether the persistent block can take a launch: one problem, chains of one link, dW and the workspace
 // 8-byte aligned for the float2 writes.
 inline bool persistent_launchable(const OmegaArgs& args) {
@@ -287,6 +307,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped,
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
   *result = cudaLaunchKernelEx(&config, kernel, args);
+  persistent_block_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -31,4 +31,7 @@ extern "C" XLA_FFI_Error* WinrsGroupedFilterGradCuda(XLA_FFI_CallFrame* call_fra
 // Launches of Hopper's TF32 tiles in this process (cuda/wgmma_tf32_taps.cuh): the GPU tests tell them from
 // the direct kernel on mma.sync, which gives the same sums.
 long long WinrsTf32TileLaunches();
+// Launches of the persistent block, either form (cuda/wgmma_persistent.cuh): the GPU tests of stacked
+// problems launched one at a time count them.
+long long WinrsPersistentLaunches();
 #endif

@@ -105,6 +105,14 @@ NB_MODULE(_winrs, m) {
     return 0LL;
 #endif
   });
+  // Launches of the persistent block (16 bits and the TF32 tiles) in this process (0 without the CUDA build).
+  m.def("persistent_launches", [] {
+#ifdef WINRS_WITH_CUDA
+    return WinrsPersistentLaunches();
+#else
+    return 0LL;
+#endif
+  });
 
   m.def("paths", [] {
     nb::list out;
