@@ -392,7 +392,9 @@ def test_stacked_problems_one_persistent_launch_each(rng, monkeypatch):
         winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),
         dimension_numbers=DN, options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
     xs, dys = jnp.stack([x, 2 * x, x]), jnp.stack([dy, dy, 2 * dy])
+    launches = _winrs.persistent_launches()
     stacked = np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+    assert _winrs.persistent_launches() == launches, "the reference is the stacked launch of the 128 x 128 block"
     monkeypatch.setenv("WINRS_JAX_STACKED_PERSISTENT", "1")  # read at each launch; a new program launches anew
     fn = jax.jit(jax.vmap(functools.partial(
         winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),

@@ -538,8 +538,11 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         // Stacked problems one launch each where the persistent block takes a problem (it takes one a
         // launch): stacked in one launch on the 128 x 128 block, 3x3x3 16:8x28x28:128's three depth taps ran
         // 0.283 ms where one tap's 2D layer takes 0.060 on the persistent block (bf16, H200, thirty-sixth
-        // stop). An experiment's switch until measured (stacked_persistent_enabled).
-        if (boxes && args.groups > 1 && args.grid.image_parts == 1 && !args.depth.on() &&
+        // stop). An experiment's switch until measured (stacked_persistent_enabled); a few problems (depth
+        // taps, feature groups), as each launch's host work repeats, and every problem's workspace 8-byte
+        // aligned as the persistent block needs (persistent_launchable).
+        if (boxes && args.groups > 1 && args.groups <= kMaxStackedPersistentLaunches &&
+            args.workspace_elems % 2 == 0 && args.grid.image_parts == 1 && !args.depth.on() &&
             args.semaphore_offset < 0 && stacked_persistent_enabled() && runs_wgmma<Tma>() &&
             (persistent_split(p, args.grid, args.kernel).width0 != args.grid.width0 ||
              persistent_taps(p, args.grid, args.kernel) > 0)) {

@@ -244,6 +244,7 @@ inline SegmentGrid persistent_split(const Problem& p, const SegmentGrid& grid, i
 // WINRS_JAX_STACKED_PERSISTENT=1 (an experiment's switch until measured; cuda/omega_kernel.cuh,
 // launch_direct).
 inline bool stacked_persistent_enabled() { return env_flag("WINRS_JAX_STACKED_PERSISTENT") == '1'; }
+inline constexpr long long kMaxStackedPersistentLaunches = 16;
 // Problem g of a launch's stacked problems as a launch of its own (OmegaArgs's group strides; `element` bytes
 // an element of X and dY).
 inline OmegaArgs stacked_problem(const OmegaArgs& args, long long g, long long element) {
@@ -307,7 +308,7 @@ bool launch_persistent_block(void (*kernel)(OmegaArgs), const OmegaArgs& mapped,
   config.dynamicSmemBytes = C::smem_bytes;
   config.stream = stream;
   *result = cudaLaunchKernelEx(&config, kernel, args);
-  persistent_block_launches.fetch_add(1, std::memory_order_relaxed);
+  if (*result == cudaSuccess) persistent_block_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
