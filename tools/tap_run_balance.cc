@@ -35,7 +35,8 @@ int main() {
         std::printf("not T-tap tiles\n");
         continue;
       }
-      const SegmentGrid grid = tap_run_grid(p, planned, 0, taps, kSms, 128, 128, kTapRunOverheadSteps, max_images);
+      const SegmentGrid grid =
+          tap_run_grid(p, planned, 0, taps, kSms, 128, 128, kTapRunOverheadSteps, max_images);
       const TileScheduler scheduler =
           make_scheduler(p, grid, 0, taps, 128, 128, 1, tap_run_balanced_cut(fw, taps, rules));
       std::vector<double> load(kSms, 0.0);
