@@ -388,19 +388,21 @@ def test_stacked_problems_one_persistent_launch_each(rng, monkeypatch):
     if str(_gpu().compute_capability) != "9.0" or not _winrs.wgmma_built:
         pytest.skip("the persistent block runs on sm_90 with the sm_90a kernels built")
     x, dy = _inputs(rng, "bf16", (64, 4, 20, 136), (64, 4, 20, 72))
-    fn = jax.jit(jax.vmap(functools.partial(
-        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),
-        dimension_numbers=DN, options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
     xs, dys = jnp.stack([x, 2 * x, x]), jnp.stack([dy, dy, 2 * dy])
+
+    def filter_grads() -> np.ndarray:  # a new program each call, which launches anew (the switch is read there)
+        fn = jax.jit(jax.vmap(functools.partial(
+            winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1),
+            padding=((1, 1), (1, 1)), dimension_numbers=DN,
+            options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
+        return np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+
     launches = _winrs.persistent_launches()
-    stacked = np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+    stacked = filter_grads()
     assert _winrs.persistent_launches() == launches, "the reference is the stacked launch of the 128 x 128 block"
-    monkeypatch.setenv("WINRS_JAX_STACKED_PERSISTENT", "1")  # read at each launch; a new program launches anew
-    fn = jax.jit(jax.vmap(functools.partial(
-        winrs_jax.conv_backward_filter, rhs_shape=(3, 3, 136, 72), window_strides=(1, 1), padding=((1, 1), (1, 1)),
-        dimension_numbers=DN, options=winrs_jax.PlannerOptions(kernels=(0, 0), path="bf16"))))  # fmt: skip
+    monkeypatch.setenv("WINRS_JAX_STACKED_PERSISTENT", "1")
     launches = _winrs.persistent_launches()
-    each = np.asarray(fn(xs, dys).astype(np.float32), np.float64)
+    each = filter_grads()
     assert _winrs.persistent_launches() >= launches + 3
     # Both sum exact bf16 products in float32, in different orders; a bf16 dW is rounded at the end.
     np.testing.assert_allclose(each, stacked, rtol=2.0**-7, atol=1e-5 * np.abs(stacked).max())

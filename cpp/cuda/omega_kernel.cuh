@@ -505,10 +505,14 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
     constexpr long long piece = 16 / storage_bytes(P);
     const bool copies = aligned_for_copies<P>(args) && p.out_c % piece == 0 && p.in_c % piece == 0;
 #if defined(WINRS_WGMMA_BUILT)
-    if constexpr (P == Path::kTf32x3) {
-      // The split-TF32 tiles on a layer the filter-row tile would take (winrs/tap_runs.h,
-      // tf32x3_takes_row_tile_layer: an experiment's switch), as on the one-column layers below.
-      if (copies && tf32x3_takes_row_tile_layer(p, P, shape) && env_flag("WINRS_JAX_WGMMA") != '0' &&
+    if constexpr (kTf32TilesPath<P>) {
+      // TF32 (and at HIGHEST split-TF32) T-tap tiles on wgmma unless WINRS_JAX_TF32_TAPS=0
+      // (wgmma_tf32_taps.cuh) in place of the tiles tf32_tiles_take_shape names (winrs/tap_runs.h, where the
+      // planner's tf32_tap_tiles_fit asks the same); only where the sm_90a code was built (a plain sm_90
+      // image has the kernel's empty body) and WINRS_JAX_WGMMA is not 0. A row of odd width has its last
+      // column split off (the TF32 tiles' steps are two positions of 32 images at every batch), which the
+      // direct kernel takes.
+      if (copies && tf32_tiles_take_shape(p, P, shape) && env_flag("WINRS_JAX_WGMMA") != '0' &&
           tf32_taps_may_launch<P>(args)) {
         cudaError_t result = cudaSuccess;
         if (launch_split<P>(args, kTf32Images, stream, &result)) return result;
@@ -575,20 +579,6 @@ cudaError_t launch_direct(const OmegaArgs& args, cudaStream_t stream) {
         return launch_config<WgmmaConfig<P>>(args, stream);
       }
     }
-#if defined(WINRS_WGMMA_BUILT)
-    if constexpr (kTf32TilesPath<P>) {
-      // TF32 (and at HIGHEST split-TF32) T-tap tiles on wgmma unless WINRS_JAX_TF32_TAPS=0
-      // (wgmma_tf32_taps.cuh; the planner's tf32_tap_tiles_fit, winrs/tap_runs.h, says where they take a
-      // plan); only where the sm_90a code was built (a plain sm_90 image has the kernel's empty body) and
-      // WINRS_JAX_WGMMA is not 0. A row of odd width has its last column split off (the TF32 tiles' steps are
-      // two positions of 32 images at every batch), which the direct kernel on mma.sync takes.
-      if (copies && env_flag("WINRS_JAX_WGMMA") != '0' && tf32_taps_may_launch<P>(args)) {
-        cudaError_t result = cudaSuccess;
-        if (launch_split<P>(args, kTf32Images, stream, &result)) return result;
-        if (launch_tf32_taps<P>(args, stream, &result)) return result;
-      }
-    }
-#endif
     if (copies) return launch_config<OmegaConfig<0, P, false, true>>(args, stream);
   }
   return launch_config<OmegaConfig<0, P, false, false>>(args, stream);

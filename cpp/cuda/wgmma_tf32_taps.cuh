@@ -206,10 +206,9 @@ template <class C>
 struct Tf32TapRunsGemm {
   static constexpr int per_tap = C::BM / 2;  // a thread's accumulators of an m64nBMk8 product
   static constexpr int accumulators = per_tap * C::taps;
-  static constexpr int partials = C::split ? C::taps : 0;
   int fragment[4];  // this thread's fragment offsets in a raw dY buffer for slice 0 (+256 floats a slice)
   float acc[C::taps][per_tap];
-  float partial[partials > 0 ? partials : 1][C::split ? per_tap : 1];
+  float partial[C::split ? C::taps : 1][C::split ? per_tap : 1];
   bool pending;                                  // split: `partial` holds a step's products not yet in `acc`
   uint32_t a[2][4], a_low[2][C::split ? 4 : 1];  // two register sets of one k8 slice's fragment
 
@@ -485,22 +484,20 @@ inline constexpr bool kTf32TilesPath = P == Path::kTf32 || P == Path::kTf32x3;
 // interleaved order matches the measured 4.7e-7), at the cost of loading each slice's fragment twice.
 inline bool tf32x3_low_first() { return env_flag("WINRS_JAX_TF32X3_LOW_FIRST") == '1'; }
 
-// Launches the TF32 (or split-TF32) T-tap tiles of T taps on the maps (launch_persistent_block); counts the
-// launches of both.
-template <int Taps, bool Split>
-bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
-  if constexpr (Split) {
-    if (tf32x3_low_first()) {
-      using L = WgmmaTf32TapsConfig<Taps, true, true>;
-      if (!launch_persistent_block<L>(persistent_tf32_kernel<L>, mapped, stream, result)) return false;
-      tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  using C = WgmmaTf32TapsConfig<Taps, Split>;
+// Launches the tiles of config C on the maps (launch_persistent_block); counts the launches of every form.
+template <class C>
+bool launch_tf32_tiles(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
   if (!launch_persistent_block<C>(persistent_tf32_kernel<C>, mapped, stream, result)) return false;
   tf32_taps_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+// The TF32 (or split-TF32) T-tap tiles of T taps, split TF32 in the order tf32x3_low_first says.
+template <int Taps, bool Split>
+bool launch_tf32_taps_config(const OmegaArgs& mapped, cudaStream_t stream, cudaError_t* result) {
+  if constexpr (Split)
+    if (tf32x3_low_first())
+      return launch_tf32_tiles<WgmmaTf32TapsConfig<Taps, true, true>>(mapped, stream, result);
+  return launch_tf32_tiles<WgmmaTf32TapsConfig<Taps, Split>>(mapped, stream, result);
 }
 
 // Whether the TF32 tiles may take a launch of `args`, its rows aside (persistent_taps): switched on, Hopper's

@@ -97,22 +97,15 @@ NB_MODULE(_winrs, m) {
 #endif
     return d;
   });
-  // Launches of Hopper's TF32 tiles in this process (0 without the CUDA build).
-  m.def("tf32_tile_launches", [] {
+  // Launches in this process of Hopper's TF32 tiles and of the persistent block, either form (0 without the
+  // CUDA build): the GPU tests tell which kernels ran.
 #ifdef WINRS_WITH_CUDA
-    return WinrsTf32TileLaunches();
+  m.def("tf32_tile_launches", &WinrsTf32TileLaunches);
+  m.def("persistent_launches", &WinrsPersistentLaunches);
 #else
-    return 0LL;
+  m.def("tf32_tile_launches", [] { return 0LL; });
+  m.def("persistent_launches", [] { return 0LL; });
 #endif
-  });
-  // Launches of the persistent block (16 bits and the TF32 tiles) in this process (0 without the CUDA build).
-  m.def("persistent_launches", [] {
-#ifdef WINRS_WITH_CUDA
-    return WinrsPersistentLaunches();
-#else
-    return 0LL;
-#endif
-  });
 
   m.def("paths", [] {
     nb::list out;

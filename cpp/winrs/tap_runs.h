@@ -248,21 +248,25 @@ inline bool tf32x3_takes_row_tile_layer(const Problem& p, Path path, const TileS
          tf32x3_row_tile_layers_enabled();
 }
 
+// Whether the TF32 (or, on `path` tf32x3, split-TF32) T-tap tiles take the place of the direct kernel's tile
+// `tile` on `path`: its one-column tile of 128 x 128 channels (not the filter-row tile or the 64-channel
+// block, variants.h), and the filter-row tile's layers of tf32x3_takes_row_tile_layer. Asked by the launch
+// (cuda/omega_kernel.cuh, launch_direct) and by the planner (tf32_tap_tiles_fit).
+inline bool tf32_tiles_take_shape(const Problem& p, Path path, const TileShape& tile) {
+  return (tile.columns == 1 && tile.block_oc == kWideBlock) || tf32x3_takes_row_tile_layer(p, path, tile);
+}
+
 // Whether the TF32 (or, on `path` tf32x3, split-TF32) T-tap tiles take a plan on the direct kernel alone (its
 // grid `grid`, `problems` stacked problems) as its launch would (cuda/omega_kernel.cuh, launch_direct), under
-// the shipped rules: the direct kernel's one-column tile of 128 x 128 channels on that path (not the
-// filter-row tile or the 64-channel block, variants.h), one problem and one image part, and T-tap rows on the
+// the shipped rules: the tile of tf32_tiles_take_shape, one problem and one image part, and T-tap rows on the
 // grid that the launch splits (tap_run_even_split, tap_runs_fit: atomic sums, long enough rows). The planner
 // weighs them by their own rate where they do (planner.py, TF32_TAP_TILES_TFLOPS, TF32X3_TAP_TILES_TFLOPS).
 inline bool tf32_tap_tiles_fit(const Problem& p, const SegmentGrid& grid, int problems,
                                Path path = Path::kTf32) {
   const TapRunRules rules{true, true, kTf32Images};
   const int taps = tap_run_taps(int(p.filter_w));
-  const TileShape tile = tile_shape(0, path, p);
-  const bool one_column = tile.columns == 1 && tile.block_oc == kWideBlock;
-  return (one_column || tf32x3_takes_row_tile_layer(p, path, tile)) && problems == 1 &&
-         grid.image_parts == 1 && tf32_tap_tile_data(p) &&
-         tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
+  return tf32_tiles_take_shape(p, path, tile_shape(0, path, p)) && problems == 1 && grid.image_parts == 1 &&
+         tf32_tap_tile_data(p) && tap_runs_fit(p, tap_run_even_split(p, grid, taps, rules), 0, taps, rules);
 }
 
 // The segments that the T-tap tiles run an atomic plan's kernel on, in place of the plan's. The planner cuts
